@@ -1,0 +1,1 @@
+"""Job registry: HTTP API and Kafka registration intake (later issues)."""

@@ -1,0 +1,1 @@
+"""Hierarchical timing wheel (issue 3)."""

@@ -1,0 +1,1 @@
+"""Consumer-group workers: claim, execute, record, then commit (later issues)."""
