@@ -1,0 +1,44 @@
+# The two commands of the README: `make demo` and `make test`. Both bootstrap first
+# (.venv with the package and its dev extras, the Kafka/ZooKeeper jars, the local stack).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test unit lint typecheck check down clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tickwheel needs Python 3.11+; set PYTHON=python3.11")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+	$(BIN)/tickwheel dev up
+	$(BIN)/tickwheel db migrate
+
+demo: install
+	$(BIN)/tickwheel demo
+
+test: install
+	$(BIN)/pytest
+
+unit: $(STAMP)
+	$(BIN)/pytest -m unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	scripts/typecheck.sh
+
+check: lint typecheck
+
+down:
+	$(BIN)/tickwheel dev down
+
+clean: down
+	rm -rf .devstack .typecheck

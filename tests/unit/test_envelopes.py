@@ -1,0 +1,118 @@
+"""Kafka message shapes round-trip, and malformed ones fail naming the field."""
+
+from __future__ import annotations
+
+import base64
+
+import orjson
+import pytest
+
+from tickwheel.envelopes import (
+    DeadLetter,
+    EnvelopeError,
+    Registration,
+    Rejection,
+    RunEnvelope,
+    parse_run_key,
+    run_key,
+)
+from tickwheel.topics import Topics
+
+pytestmark = pytest.mark.unit
+
+
+def _run(**kw: object) -> RunEnvelope:
+    base: dict[str, object] = dict(
+        run_key=run_key("acme", "invoice-42", 1_764_579_600_000), tenant="acme",
+        job_id="invoice-42", scheduled_at=1_764_579_600_000, attempt=1, epoch=3,
+        priority="normal", payload={"n": 1}, timeout_ms=300_000, handler="billing.send")
+    base.update(kw)
+    return RunEnvelope(**base)  # type: ignore[arg-type]
+
+
+def test_run_key_format_and_parse() -> None:
+    """run keys are <tenant>/<job_id>@<unix_ms> and parse back to their parts"""
+    key = run_key("acme", "a:b.c-1", 1700000000123)
+    assert key == "acme/a:b.c-1@1700000000123"
+    assert parse_run_key(key) == ("acme", "a:b.c-1", 1700000000123)
+    with pytest.raises(EnvelopeError, match="run_key"):
+        parse_run_key("acme-no-at")
+
+
+def test_run_envelope_round_trip_and_headers() -> None:
+    """a run envelope encodes with v=1 and the design's fields and decodes to itself"""
+    env = _run()
+    body = orjson.loads(env.encode())
+    assert body["v"] == 1 and body["handler"] == "billing.send" and "target" not in body
+    assert set(body) == {"v", "run_key", "tenant", "job_id", "scheduled_at", "attempt", "epoch",
+                         "priority", "handler", "payload", "timeout_ms"}
+    assert RunEnvelope.decode(env.encode()) == env
+    assert dict(env.headers()) == {"run_key": env.run_key.encode(), "epoch": b"3"}
+
+
+def test_target_envelope_round_trip() -> None:
+    """an HTTP-target run carries `target` instead of `handler`"""
+    env = _run(handler=None, target={"url": "https://x.test/hook", "method": "POST"})
+    assert RunEnvelope.decode(env.encode()) == env
+
+
+@pytest.mark.parametrize(("mutate", "needle"), [
+    (lambda b: b.pop("epoch"), "'epoch' is missing"),
+    (lambda b: b.update(attempt="1"), "'attempt' has the wrong type"),
+    (lambda b: b.update(attempt=True), "'attempt' has the wrong type"),
+    (lambda b: b.update(v=2), "version 2"),
+    (lambda b: b.update(run_key="acme/other@1"), "does not match"),
+])
+def test_malformed_run_envelopes_name_the_field(mutate: object, needle: str) -> None:
+    """decoding a damaged envelope raises EnvelopeError naming what is wrong"""
+    body = _run().to_dict()
+    mutate(body)  # type: ignore[operator]
+    with pytest.raises(EnvelopeError, match=needle):
+        RunEnvelope.decode(orjson.dumps(body))
+
+
+def test_non_json_and_non_object_values() -> None:
+    """bytes that are not a JSON object are refused, not crashed on"""
+    with pytest.raises(EnvelopeError, match="not JSON"):
+        RunEnvelope.decode(b"\xff\x00")
+    with pytest.raises(EnvelopeError, match="object"):
+        Registration.decode(b"[1, 2]")
+
+
+def test_dead_letter_round_trip() -> None:
+    """a DLQ message is the run envelope plus error, attempts and dead_at"""
+    dead = DeadLetter(run=_run(), error="boom", attempts=5, dead_at=1_764_579_700_000)
+    body = orjson.loads(dead.encode())
+    assert body["error"] == "boom" and body["attempts"] == 5 and body["run_key"]
+    assert DeadLetter.decode(dead.encode()) == dead
+
+
+def test_registration_ops() -> None:
+    """upsert carries a job, the other ops an id; unknown ops are refused"""
+    up = Registration(op="upsert", tenant="acme", job={"id": "j1"}, version=3)
+    assert Registration.decode(up.encode()) == up and up.job_id == "j1"
+    rm = Registration(op="delete", tenant="acme", id="j1")
+    assert Registration.decode(rm.encode()) == rm and rm.job_id == "j1"
+    with pytest.raises(EnvelopeError, match="'op' must be one of"):
+        Registration.decode(b'{"op": "explode", "tenant": "acme", "id": "j"}')
+    with pytest.raises(EnvelopeError, match="'job' is missing"):
+        Registration.decode(b'{"op": "upsert", "tenant": "acme"}')
+
+
+def test_rejection_keeps_the_original_bytes() -> None:
+    """a rejection carries reason, source partition/offset and the exact original bytes"""
+    original = b"\x00not json at all\xff"
+    rej = Rejection(reason="value is not JSON", partition=3, offset=1234, original=original)
+    body = orjson.loads(rej.encode())
+    assert body["source"] == {"partition": 3, "offset": 1234}
+    assert base64.b64decode(body["original"]) == original
+    assert Rejection.decode(rej.encode()) == rej
+
+
+def test_topic_names_take_the_prefix() -> None:
+    """every topic of DESIGN §5 is named under the configured prefix"""
+    t = Topics("acme")
+    assert t.all() == ["acme.registrations", "acme.registrations.rejected", "acme.runs.high",
+                       "acme.runs.normal", "acme.runs.low", "acme.runs.dlq"]
+    with pytest.raises(ValueError, match="priority"):
+        t.runs("urgent")

@@ -1,0 +1,113 @@
+"""Settings: one object read from `TICKWHEEL_*` environment variables and an optional TOML file.
+
+Precedence, highest first: explicit keyword arguments, environment, the TOML file named by
+`TICKWHEEL_CONFIG`, the defaults below. A service address left unset (`dsn`, `kafka`, `zk`)
+means "the local stack of `tickwheel dev`", whose addresses follow from the `dev_*` ports.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+PRIORITIES = ("high", "normal", "low")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used, named with the allowed form."""
+
+
+class Settings(BaseSettings):
+    """Every knob of every tickwheel process. Field docs are the README's settings table."""
+
+    model_config = SettingsConfigDict(env_prefix="TICKWHEEL_", extra="forbid")
+
+    dsn: str | None = Field(None, description="Postgres DSN; unset: the dev stack's")
+    kafka: str | None = Field(None, description="Kafka bootstrap servers; unset: the dev stack's")
+    zk: str | None = Field(None, description="ZooKeeper hosts; unset: the dev stack's")
+
+    shards: int = Field(64, ge=1, le=4096, description="number of logical shards (fixed)")
+    tick_ms: int = Field(100, ge=1, le=10_000, description="scheduler tick, milliseconds")
+    horizon_s: int = Field(600, ge=10, description="how far ahead leaders load jobs, seconds")
+    lease_s: int = Field(30, ge=1, description="worker run lease, seconds")
+    topic_prefix: str = Field(
+        "tickwheel", pattern=r"^[A-Za-z0-9._-]{1,100}$", description="prefix of every topic name"
+    )
+    priority_weights: dict[str, int] = Field(
+        default_factory=lambda: {"high": 6, "normal": 3, "low": 1},
+        description="relative share of worker polls per priority topic",
+    )
+    payload_limit_bytes: int = Field(262_144, ge=1, description="max job payload, bytes")
+    topic_partitions: int = Field(6, ge=1, description="partitions of created topics")
+    topic_replication: int = Field(1, ge=1, description="replication factor of created topics")
+
+    devstack_dir: Path = Field(Path(".devstack"), description="where `tickwheel dev` keeps state")
+    dev_pg_port: int = Field(55432, ge=1, le=65535, description="dev stack Postgres port")
+    dev_kafka_port: int = Field(59092, ge=1, le=65535, description="dev stack Kafka port")
+    dev_kafka_controller_port: int = Field(
+        59093, ge=1, le=65535, description="dev stack KRaft controller port"
+    )
+    dev_zk_port: int = Field(52181, ge=1, le=65535, description="dev stack ZooKeeper port")
+
+    @field_validator("priority_weights")
+    @classmethod
+    def _weights_cover_priorities(cls, value: dict[str, int]) -> dict[str, int]:
+        if set(value) != set(PRIORITIES) or any(w < 1 for w in value.values()):
+            raise ValueError(
+                "priority_weights must give a positive integer for exactly high, normal and low"
+            )
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = os.environ.get("TICKWHEEL_CONFIG")
+        if path:
+            if not Path(path).is_file():
+                raise ConfigError(f"TICKWHEEL_CONFIG names {path!r}, which is not a file")
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(path)))
+        return tuple(sources)
+
+    # The effective addresses: given ones as they are, else the dev stack's.
+
+    @property
+    def effective_dsn(self) -> str:
+        return self.dsn or f"postgresql://tickwheel@127.0.0.1:{self.dev_pg_port}/tickwheel"
+
+    @property
+    def effective_kafka(self) -> str:
+        return self.kafka or f"127.0.0.1:{self.dev_kafka_port}"
+
+    @property
+    def effective_zk(self) -> str:
+        return self.zk or f"127.0.0.1:{self.dev_zk_port}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the settings, turning pydantic's report into one sentence per bad field."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"TICKWHEEL_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(problems) from None

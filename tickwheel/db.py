@@ -1,0 +1,112 @@
+"""Postgres access: connection pools, migrations, partition upkeep, constraint → domain errors.
+
+Migrations are `tickwheel/sql/migrations/NNNN_name.sql`, applied in number order inside one
+transaction under an advisory lock and recorded in `schema_migrations`; applying them again
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import asyncpg
+
+from tickwheel.queries import QUERIES
+
+_MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+PARTITION_DAYS_AHEAD = 7  # days of job_runs partitions kept ready beyond today
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def migrations() -> list[Migration]:
+    found = []
+    folder = resources.files("tickwheel") / "sql" / "migrations"
+    for entry in folder.iterdir():
+        match = _MIGRATION_NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text()))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise RuntimeError(f"two migrations share a number: {versions}")
+    return found
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    return await asyncpg.connect(dsn)
+
+
+async def create_pool(dsn: str, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+    return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+
+
+async def migrate(conn: asyncpg.Connection) -> list[Migration]:
+    """Apply the migrations not yet recorded; return those applied (empty: already current)."""
+    applied_now = []
+    async with conn.transaction():
+        await conn.execute(QUERIES["migrations_lock"])
+        await conn.execute(QUERIES["migrations_table"])
+        done = {row["version"] for row in await conn.fetch(QUERIES["migrations_applied"])}
+        for migration in migrations():
+            if migration.version in done:
+                continue
+            await conn.execute(migration.sql)
+            await conn.execute(QUERIES["migration_record"], migration.version, migration.name)
+            applied_now.append(migration)
+    return applied_now
+
+
+async def ensure_partitions(conn: asyncpg.Connection, today: dt.date | None = None,
+                            days_ahead: int = PARTITION_DAYS_AHEAD) -> int:
+    """Create the daily job_runs partitions from yesterday to `days_ahead`; return how many."""
+    today = today or dt.datetime.now(dt.UTC).date()
+    created: int = await conn.fetchval(QUERIES["partitions_ensure"],
+                                       today - dt.timedelta(days=1), days_ahead + 2)
+    return created
+
+
+async def drop_partitions_before(conn: asyncpg.Connection, keep_from: dt.date) -> list[str]:
+    """Retention: drop daily partitions entirely older than `keep_from`."""
+    rows = await conn.fetch(QUERIES["partitions_drop_before"], keep_from)
+    return [row["dropped"] for row in rows]
+
+
+# --- constraint names → domain errors, in one place (STYLE.md "Errors") -----------------------
+
+
+class DomainError(ValueError):
+    """A database refusal translated into the field and allowed form a user can act on."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
+    "tenants_name_form": ("name", "must match [A-Za-z0-9._-]{1,64}"),
+    "tenants_pkey": ("name", "a tenant with this name exists already"),
+    "jobs_id_form": ("id", "must match [A-Za-z0-9._:-]{1,128}"),
+    "jobs_priority": ("priority", "must be one of high, normal, low"),
+    "jobs_max_attempts": ("max_attempts", "must be at least 1"),
+    "jobs_schedule_xor_at": ("schedule", "give exactly one of schedule and at"),
+    "jobs_handler_xor_target": ("handler", "give exactly one of handler and target"),
+    "jobs_tenant_fkey": ("tenant", "unknown tenant"),
+}
+
+
+def domain_error(exc: asyncpg.PostgresError) -> DomainError | None:
+    """The domain error for a constraint violation we know by name, else None."""
+    name = getattr(exc, "constraint_name", None)
+    if name and name in CONSTRAINT_ERRORS:
+        return DomainError(*CONSTRAINT_ERRORS[name])
+    return None

@@ -1,0 +1,209 @@
+"""The Kafka message shapes of DESIGN §5, encoded as JSON with orjson.
+
+Every run envelope carries `"v": 1`; a decoder refuses versions it does not know and any
+missing or mistyped field with an `EnvelopeError` naming the field, so a consumer can route the
+message (dead-letter, rejection topic) instead of crashing on it.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+RUN_ENVELOPE_VERSION = 1
+RUN_KEY_FORM = re.compile(r"^(?P<tenant>[^/@]+)/(?P<job_id>[^/@]+)@(?P<ms>-?\d+)$")
+REGISTRATION_OPS = ("upsert", "delete", "pause", "resume")
+
+
+class EnvelopeError(ValueError):
+    """A message that does not have the shape of its topic; names the field."""
+
+
+def run_key(tenant: str, job_id: str, scheduled_ms: int) -> str:
+    """`<tenant>/<job_id>@<unix_ms>`: the identity of one run everywhere (DESIGN §3)."""
+    return f"{tenant}/{job_id}@{scheduled_ms}"
+
+
+def parse_run_key(key: str) -> tuple[str, str, int]:
+    match = RUN_KEY_FORM.match(key)
+    if not match:
+        raise EnvelopeError(f"run_key must look like <tenant>/<job_id>@<unix_ms>, not {key!r}")
+    return match["tenant"], match["job_id"], int(match["ms"])
+
+
+def _loads(raw: bytes) -> dict[str, Any]:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise EnvelopeError(f"value is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise EnvelopeError("value must be a JSON object")
+    return value
+
+
+def _take(obj: dict[str, Any], name: str, kind: type | tuple[type, ...],
+          optional: bool = False) -> Any:
+    if name not in obj or obj[name] is None:
+        if optional:
+            return None
+        raise EnvelopeError(f"field {name!r} is missing")
+    value = obj[name]
+    # bool is an int in Python; a flag where a number belongs is still a wrong type.
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise EnvelopeError(f"field {name!r} has the wrong type")
+    return value
+
+
+@dataclass(frozen=True)
+class RunEnvelope:
+    """One run, as a shard leader publishes it to `runs.{priority}`."""
+
+    run_key: str
+    tenant: str
+    job_id: str
+    scheduled_at: int  # unix milliseconds, UTC
+    attempt: int
+    epoch: int
+    priority: str
+    payload: Any
+    timeout_ms: int
+    handler: str | None = None
+    target: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.handler is None) == (self.target is None):
+            raise EnvelopeError("exactly one of 'handler' and 'target' must be set")
+
+    def to_dict(self) -> dict[str, Any]:
+        body = {"v": RUN_ENVELOPE_VERSION, **asdict(self)}
+        if self.handler is None:
+            del body["handler"]
+        else:
+            del body["target"]
+        return body
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self.to_dict())
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [("run_key", self.run_key.encode()), ("epoch", str(self.epoch).encode())]
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> RunEnvelope:
+        version = _take(obj, "v", int)
+        if version != RUN_ENVELOPE_VERSION:
+            raise EnvelopeError(f"unknown run envelope version {version}")
+        env = cls(
+            run_key=_take(obj, "run_key", str),
+            tenant=_take(obj, "tenant", str),
+            job_id=_take(obj, "job_id", str),
+            scheduled_at=_take(obj, "scheduled_at", int),
+            attempt=_take(obj, "attempt", int),
+            epoch=_take(obj, "epoch", int),
+            priority=_take(obj, "priority", str),
+            payload=obj.get("payload"),
+            timeout_ms=_take(obj, "timeout_ms", int),
+            handler=_take(obj, "handler", str, optional=True),
+            target=_take(obj, "target", dict, optional=True),
+        )
+        if parse_run_key(env.run_key) != (env.tenant, env.job_id, env.scheduled_at):
+            raise EnvelopeError("field 'run_key' does not match tenant, job_id and scheduled_at")
+        return env
+
+    @classmethod
+    def decode(cls, raw: bytes) -> RunEnvelope:
+        return cls.from_dict(_loads(raw))
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A run that exhausted its attempts (or failed permanently), for `runs.dlq`."""
+
+    run: RunEnvelope
+    error: str
+    attempts: int
+    dead_at: int  # unix milliseconds, UTC
+
+    def encode(self) -> bytes:
+        return orjson.dumps({**self.run.to_dict(), "error": self.error,
+                             "attempts": self.attempts, "dead_at": self.dead_at})
+
+    @classmethod
+    def decode(cls, raw: bytes) -> DeadLetter:
+        obj = _loads(raw)
+        return cls(run=RunEnvelope.from_dict(obj), error=_take(obj, "error", str),
+                   attempts=_take(obj, "attempts", int), dead_at=_take(obj, "dead_at", int))
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A message on `registrations`: upsert carries a job document, the others an id."""
+
+    op: str
+    tenant: str
+    job: dict[str, Any] | None = None
+    id: str | None = None
+    version: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.op not in REGISTRATION_OPS:
+            raise EnvelopeError(f"field 'op' must be one of {', '.join(REGISTRATION_OPS)}")
+        if self.op == "upsert" and self.job is None:
+            raise EnvelopeError("field 'job' is missing (op 'upsert' carries the job document)")
+        if self.op != "upsert" and self.id is None:
+            raise EnvelopeError(f"field 'id' is missing (op {self.op!r} names a job by id)")
+
+    @property
+    def job_id(self) -> str | None:
+        if self.job is not None:
+            ident = self.job.get("id")
+            return ident if isinstance(ident, str) else None
+        return self.id
+
+    def encode(self) -> bytes:
+        body: dict[str, Any] = {"op": self.op, "tenant": self.tenant}
+        if self.job is not None:
+            body["job"] = self.job
+        if self.id is not None:
+            body["id"] = self.id
+        if self.version is not None:
+            body["version"] = self.version
+        return orjson.dumps(body)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Registration:
+        obj = _loads(raw)
+        return cls(op=_take(obj, "op", str), tenant=_take(obj, "tenant", str),
+                   job=_take(obj, "job", dict, optional=True),
+                   id=_take(obj, "id", str, optional=True),
+                   version=_take(obj, "version", int, optional=True))
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """What `registrations.rejected` holds: the reason, where it came from, the exact bytes."""
+
+    reason: str
+    partition: int
+    offset: int
+    original: bytes = field(repr=False)
+
+    def encode(self) -> bytes:
+        return orjson.dumps({
+            "reason": self.reason,
+            "source": {"partition": self.partition, "offset": self.offset},
+            "original": base64.b64encode(self.original).decode(),
+        })
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Rejection:
+        obj = _loads(raw)
+        source = _take(obj, "source", dict)
+        return cls(reason=_take(obj, "reason", str),
+                   partition=_take(source, "partition", int),
+                   offset=_take(source, "offset", int),
+                   original=base64.b64decode(_take(obj, "original", str), validate=True))
