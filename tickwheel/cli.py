@@ -163,8 +163,12 @@ def db_partitions(days_ahead: int) -> None:
 
 
 @db.command("retention")
-@click.option("--keep-days", required=True, type=click.IntRange(1, 36500),
-              help="Keep run history of this many days; older partitions are dropped.")
+@click.option(
+    "--keep-days",
+    required=True,
+    type=click.IntRange(1, 36500),
+    help="Keep run history of this many days; older partitions are dropped.",
+)
 def db_retention(keep_days: int) -> None:
     """Drop job_runs partitions older than KEEP_DAYS (retention is a partition drop)."""
     import datetime as dt
@@ -185,10 +189,18 @@ def topics() -> None:
 
 
 @topics.command("create")
-@click.option("--partitions", type=click.IntRange(1, 10_000), default=None,
-              help="Partitions per topic (default: TICKWHEEL_TOPIC_PARTITIONS).")
-@click.option("--replication", type=click.IntRange(1, 100), default=None,
-              help="Replication factor (default: TICKWHEEL_TOPIC_REPLICATION).")
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, 10_000),
+    default=None,
+    help="Partitions per topic (default: TICKWHEEL_TOPIC_PARTITIONS).",
+)
+@click.option(
+    "--replication",
+    type=click.IntRange(1, 100),
+    default=None,
+    help="Replication factor (default: TICKWHEEL_TOPIC_REPLICATION).",
+)
 def topics_create(partitions: int | None, replication: int | None) -> None:
     """Create the registration, run, DLQ and rejection topics that do not exist yet."""
     from tickwheel.kafka import create_topics
@@ -196,9 +208,12 @@ def topics_create(partitions: int | None, replication: int | None) -> None:
 
     s = settings()
     try:
-        created = create_topics(s.effective_kafka, Topics(s.topic_prefix).all(),
-                                partitions or s.topic_partitions,
-                                replication or s.topic_replication)
+        created = create_topics(
+            s.effective_kafka,
+            Topics(s.topic_prefix).all(),
+            partitions or s.topic_partitions,
+            replication or s.topic_replication,
+        )
     except Exception as exc:
         fail(f"cannot create topics on {s.effective_kafka}: {exc}")
     click.echo("created: " + (", ".join(created) if created else "nothing (all exist)"))

@@ -43,8 +43,12 @@ def started() -> Iterator[Addresses]:
 
 def run_forever(settings: Settings, echo: Callable[[str], None]) -> None:
     with started() as addresses:
-        create_topics(addresses.kafka, Topics(settings.topic_prefix).all(),
-                      settings.topic_partitions, settings.topic_replication)
+        create_topics(
+            addresses.kafka,
+            Topics(settings.topic_prefix).all(),
+            settings.topic_partitions,
+            settings.topic_replication,
+        )
         echo(f"export TICKWHEEL_DSN={addresses.dsn}")
         echo(f"export TICKWHEEL_KAFKA={addresses.kafka}")
         echo(f"export TICKWHEEL_ZK={addresses.zk}")

@@ -65,12 +65,14 @@ async def migrate(conn: asyncpg.Connection) -> list[Migration]:
     return applied_now
 
 
-async def ensure_partitions(conn: asyncpg.Connection, today: dt.date | None = None,
-                            days_ahead: int = PARTITION_DAYS_AHEAD) -> int:
+async def ensure_partitions(
+    conn: asyncpg.Connection, today: dt.date | None = None, days_ahead: int = PARTITION_DAYS_AHEAD
+) -> int:
     """Create the daily job_runs partitions from yesterday to `days_ahead`; return how many."""
     today = today or dt.datetime.now(dt.UTC).date()
-    created: int = await conn.fetchval(QUERIES["partitions_ensure"],
-                                       today - dt.timedelta(days=1), days_ahead + 2)
+    created: int = await conn.fetchval(
+        QUERIES["partitions_ensure"], today - dt.timedelta(days=1), days_ahead + 2
+    )
     return created
 
 

@@ -97,8 +97,9 @@ def find_pg_bin(tool: str) -> str:
     )
     if candidates:
         return candidates[-1]
-    raise StackError(f"`{tool}` not found on PATH or in /usr/lib/postgresql/*/bin; "
-                     + INSTALL_HINTS["postgres"])
+    raise StackError(
+        f"`{tool}` not found on PATH or in /usr/lib/postgresql/*/bin; " + INSTALL_HINTS["postgres"]
+    )
 
 
 def find_java() -> str:
@@ -111,8 +112,9 @@ def find_java() -> str:
     if major == 1 and match and match.group(2):  # "1.8" style
         major = int(match.group(2))
     if major < JAVA_MIN_MAJOR:
-        raise StackError(f"`java` is version {major or 'unknown'}, Kafka 4 needs 17+; "
-                         + INSTALL_HINTS["java"])
+        raise StackError(
+            f"`java` is version {major or 'unknown'}, Kafka 4 needs 17+; " + INSTALL_HINTS["java"]
+        )
     return java
 
 
@@ -214,8 +216,13 @@ def probe_zookeeper(hosts: str) -> str | None:
     quiet = logging.getLogger("tickwheel.devstack.kazoo")
     quiet.propagate = False
     quiet.addHandler(logging.NullHandler())
-    client = KazooClient(hosts=hosts, timeout=HEALTH_PROBE_TIMEOUT_S, logger=quiet,
-                         connection_retry={"max_tries": 1}, command_retry={"max_tries": 1})
+    client = KazooClient(
+        hosts=hosts,
+        timeout=HEALTH_PROBE_TIMEOUT_S,
+        logger=quiet,
+        connection_retry={"max_tries": 1},
+        command_retry={"max_tries": 1},
+    )
     try:
         client.start(timeout=HEALTH_PROBE_TIMEOUT_S)
         client.get_children("/")
@@ -311,13 +318,24 @@ class DevStack:
         self.logs.mkdir(parents=True, exist_ok=True)
         with open(self.logs / "mvn.log", "wb") as log:
             proc = subprocess.run(
-                [find_mvn(), "-B", "-q", "-f", str(_pom_dir() / "pom.xml"), "package",
-                 f"-Ddevstack.jars={jars}"],
-                stdout=log, stderr=subprocess.STDOUT, check=False,
+                [
+                    find_mvn(),
+                    "-B",
+                    "-q",
+                    "-f",
+                    str(_pom_dir() / "pom.xml"),
+                    "package",
+                    f"-Ddevstack.jars={jars}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                check=False,
             )
         if proc.returncode != 0:
-            raise StackError(f"mvn could not resolve the jars (see {self.logs / 'mvn.log'}): "
-                             + _tail(self.logs / "mvn.log", 3))
+            raise StackError(
+                f"mvn could not resolve the jars (see {self.logs / 'mvn.log'}): "
+                + _tail(self.logs / "mvn.log", 3)
+            )
         (jars / ".pom-digest").write_text(self._pom_digest())
 
     # postgres -------------------------------------------------------------------------------
@@ -331,8 +349,18 @@ class DevStack:
                 return pwd.getpwnam(name)
             except KeyError:
                 continue
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                        "tickwheel"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                "tickwheel",
+            ],
+            check=True,
+            capture_output=True,
+        )
         return pwd.getpwnam("tickwheel")
 
     def _pg_home(self) -> Path:
@@ -352,8 +380,13 @@ class DevStack:
 
     @staticmethod
     def _user_can_reach(user: pwd.struct_passwd, path: Path) -> bool:
-        probe = subprocess.run(["test", "-x", str(path)], user=user.pw_uid, group=user.pw_gid,
-                               extra_groups=[], check=False)
+        probe = subprocess.run(
+            ["test", "-x", str(path)],
+            user=user.pw_uid,
+            group=user.pw_gid,
+            extra_groups=[],
+            check=False,
+        )
         return probe.returncode == 0
 
     def _as_pg_user(self, argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -361,8 +394,10 @@ class DevStack:
         extra: dict[str, object] = {}
         if user is not None:
             extra = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
-        return subprocess.run(argv, capture_output=True, text=True, check=False,
-                              **extra, **kwargs)  # type: ignore[call-overload]
+        done: subprocess.CompletedProcess[str] = subprocess.run(
+            argv, capture_output=True, text=True, check=False, **extra, **kwargs
+        )  # type: ignore[call-overload]
+        return done
 
     def _pg_data(self) -> Path:
         return self._pg_home() / "data"
@@ -377,8 +412,21 @@ class DevStack:
             os.chown(home, user.pw_uid, user.pw_gid)
         if not (data / "PG_VERSION").is_file():
             shutil.rmtree(data, ignore_errors=True)
-            out = self._as_pg_user([find_pg_bin("initdb"), "-D", str(data), "-U", DEV_DB_USER,
-                                    "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])
+            out = self._as_pg_user(
+                [
+                    find_pg_bin("initdb"),
+                    "-D",
+                    str(data),
+                    "-U",
+                    DEV_DB_USER,
+                    "-A",
+                    "trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C.UTF-8",
+                    "--no-sync",
+                ]
+            )
             if out.returncode != 0:
                 raise StackError("initdb failed: " + (out.stderr.strip().splitlines() or ["?"])[-1])
         log = home / "postgres.log"
@@ -389,14 +437,30 @@ class DevStack:
             link.symlink_to(log)
         # TCP on loopback only, no Unix socket (its path length and directory ownership are a
         # portability trap); sizes fit a 2-core laptop shared with two JVMs.
-        options = (f"-p {self.s.dev_pg_port} -c listen_addresses=127.0.0.1 "
-                   "-c unix_socket_directories='' -c max_connections=300 "
-                   "-c shared_buffers=256MB -c max_wal_size=2GB -c timezone=UTC")
-        out = self._as_pg_user([find_pg_bin("pg_ctl"), "-D", str(data), "-l", str(log),
-                                "-w", "-t", str(PG_START_TIMEOUT_S), "-o", options, "start"])
+        options = (
+            f"-p {self.s.dev_pg_port} -c listen_addresses=127.0.0.1 "
+            "-c unix_socket_directories='' -c max_connections=300 "
+            "-c shared_buffers=256MB -c max_wal_size=2GB -c timezone=UTC"
+        )
+        out = self._as_pg_user(
+            [
+                find_pg_bin("pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(log),
+                "-w",
+                "-t",
+                str(PG_START_TIMEOUT_S),
+                "-o",
+                options,
+                "start",
+            ]
+        )
         if out.returncode != 0:
-            raise StackError(f"Postgres did not start (port {self.s.dev_pg_port} busy?): "
-                             + _tail(log, 3))
+            raise StackError(
+                f"Postgres did not start (port {self.s.dev_pg_port} busy?): " + _tail(log, 3)
+            )
         self._ensure_dev_database()
 
     def _ensure_dev_database(self) -> None:
@@ -404,10 +468,10 @@ class DevStack:
 
         async def create() -> None:
             conn = await asyncpg.connect(
-                f"postgresql://{DEV_DB_USER}@127.0.0.1:{self.s.dev_pg_port}/postgres")
+                f"postgresql://{DEV_DB_USER}@127.0.0.1:{self.s.dev_pg_port}/postgres"
+            )
             try:
-                exists = await conn.fetchval(
-                    "select 1 from pg_database where datname = $1", DEV_DB)
+                exists = await conn.fetchval("select 1 from pg_database where datname = $1", DEV_DB)
                 if not exists:
                     await conn.execute(f'CREATE DATABASE "{DEV_DB}"')
             finally:
@@ -423,8 +487,19 @@ class DevStack:
     def stop_postgres(self) -> bool:
         if not self._pg_running():
             return False
-        self._as_pg_user([find_pg_bin("pg_ctl"), "-D", str(self._pg_data()), "-m", "fast",
-                          "-w", "-t", str(STOP_TIMEOUT_S), "stop"])
+        self._as_pg_user(
+            [
+                find_pg_bin("pg_ctl"),
+                "-D",
+                str(self._pg_data()),
+                "-m",
+                "fast",
+                "-w",
+                "-t",
+                str(STOP_TIMEOUT_S),
+                "stop",
+            ]
+        )
         return True
 
     # JVM services -----------------------------------------------------------------------------
@@ -435,16 +510,38 @@ class DevStack:
             return pid
         return None
 
-    def _spawn_jvm(self, name: str, classpath_dir: str, main_class: str, args: list[str],
-                   heap: str, extra_props: list[str]) -> None:
+    def _spawn_jvm(
+        self,
+        name: str,
+        classpath_dir: str,
+        main_class: str,
+        args: list[str],
+        heap: str,
+        extra_props: list[str],
+    ) -> None:
         self.run.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
-        cmd = [find_java(), f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC",
-               "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true", *extra_props,
-               "-cp", str(self.root / "jars" / classpath_dir / "*"), main_class, *args]
+        cmd = [
+            find_java(),
+            f"-Xms{heap}",
+            f"-Xmx{heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            *extra_props,
+            "-cp",
+            str(self.root / "jars" / classpath_dir / "*"),
+            main_class,
+            *args,
+        ]
         with open(self.logs / f"{name}.log", "ab") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         (self.run / f"{name}.pid").write_text(f"{proc.pid}\n")
 
     def start_zookeeper(self) -> None:
@@ -463,9 +560,14 @@ class DevStack:
             "4lw.commands.whitelist=ruok,srvr,stat\n"
             "autopurge.purgeInterval=1\n"
         )
-        self._spawn_jvm("zookeeper", "zookeeper",
-                        "org.apache.zookeeper.server.ZooKeeperServerMain", [str(cfg)], "256m",
-                        ["-Dzookeeper.jmx.log4j.disable=true"])
+        self._spawn_jvm(
+            "zookeeper",
+            "zookeeper",
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            [str(cfg)],
+            "256m",
+            ["-Dzookeeper.jmx.log4j.disable=true"],
+        )
 
     def _kafka_config(self) -> Path:
         home = self.root / "kafka"
@@ -473,63 +575,85 @@ class DevStack:
         data.mkdir(parents=True, exist_ok=True)
         port, cport = self.s.dev_kafka_port, self.s.dev_kafka_controller_port
         props = home / "server.properties"
-        props.write_text("\n".join([
-            "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{cport}",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
-            "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            f"log.dirs={data}",
-            "num.partitions=1",
-            # Single node: every internal topic has one replica. Fewer internal partitions
-            # than the defaults (50) make a cold start and group joins much quicker.
-            "offsets.topic.replication.factor=1",
-            "offsets.topic.num.partitions=8",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "transaction.state.log.num.partitions=4",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
-            "group.initial.rebalance.delay.ms=0",
-            "auto.create.topics.enable=false",
-            "delete.topic.enable=true",
-            "log.retention.hours=24",
-            "log.segment.bytes=67108864",
-            "",
-        ]))
+        props.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@127.0.0.1:{cport}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                    f"log.dirs={data}",
+                    "num.partitions=1",
+                    # Single node: every internal topic has one replica. Fewer internal partitions
+                    # than the defaults (50) make a cold start and group joins much quicker.
+                    "offsets.topic.replication.factor=1",
+                    "offsets.topic.num.partitions=8",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "transaction.state.log.num.partitions=4",
+                    "share.coordinator.state.topic.replication.factor=1",
+                    "share.coordinator.state.topic.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "auto.create.topics.enable=false",
+                    "delete.topic.enable=true",
+                    "log.retention.hours=24",
+                    "log.segment.bytes=67108864",
+                    "",
+                ]
+            )
+        )
         log4j = home / "log4j2.properties"
-        log4j.write_text("\n".join([
-            "status = warn",
-            "appender.out.type = Console",
-            "appender.out.name = OUT",
-            "appender.out.layout.type = PatternLayout",
-            "appender.out.layout.pattern = [%d] %p %m (%c)%n",
-            "rootLogger.level = INFO",
-            "rootLogger.appenderRef.out.ref = OUT",
-            "logger.state.name = state.change.logger",
-            "logger.state.level = WARN",
-            "logger.log.name = kafka.log",
-            "logger.log.level = WARN",
-            "logger.storage.name = org.apache.kafka.storage",
-            "logger.storage.level = WARN",
-            "",
-        ]))
+        log4j.write_text(
+            "\n".join(
+                [
+                    "status = warn",
+                    "appender.out.type = Console",
+                    "appender.out.name = OUT",
+                    "appender.out.layout.type = PatternLayout",
+                    "appender.out.layout.pattern = [%d] %p %m (%c)%n",
+                    "rootLogger.level = INFO",
+                    "rootLogger.appenderRef.out.ref = OUT",
+                    "logger.state.name = state.change.logger",
+                    "logger.state.level = WARN",
+                    "logger.log.name = kafka.log",
+                    "logger.log.level = WARN",
+                    "logger.storage.name = org.apache.kafka.storage",
+                    "logger.storage.level = WARN",
+                    "",
+                ]
+            )
+        )
         if not (data / "meta.properties").is_file():
             # A KRaft log directory must be formatted once with a cluster id (22 chars of
             # URL-safe base64, like `kafka-storage random-uuid`).
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             out = subprocess.run(
-                [find_java(), "-Xmx256m", f"-Dlog4j2.configurationFile={log4j}", "-cp",
-                 str(self.root / "jars" / "kafka" / "*"), "kafka.tools.StorageTool", "format",
-                 "--cluster-id", cluster_id, "--config", str(props)],
-                capture_output=True, text=True, check=False,
+                [
+                    find_java(),
+                    "-Xmx256m",
+                    f"-Dlog4j2.configurationFile={log4j}",
+                    "-cp",
+                    str(self.root / "jars" / "kafka" / "*"),
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "--cluster-id",
+                    cluster_id,
+                    "--config",
+                    str(props),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
             )
             if out.returncode != 0:
-                raise StackError("formatting the Kafka log directory failed: "
-                                 + (out.stderr or out.stdout).strip().splitlines()[-1])
+                raise StackError(
+                    "formatting the Kafka log directory failed: "
+                    + (out.stderr or out.stdout).strip().splitlines()[-1]
+                )
         return props
 
     def start_kafka(self) -> None:
@@ -537,9 +661,14 @@ class DevStack:
             return
         props = self._kafka_config()
         log4j = props.parent / "log4j2.properties"
-        self._spawn_jvm("kafka", "kafka", "kafka.Kafka", [str(props)], "1g",
-                        [f"-Dlog4j2.configurationFile={log4j}",
-                         f"-Dkafka.logs.dir={self.logs}"])
+        self._spawn_jvm(
+            "kafka",
+            "kafka",
+            "kafka.Kafka",
+            [str(props)],
+            "1g",
+            [f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={self.logs}"],
+        )
 
     # the verbs --------------------------------------------------------------------------------
 
@@ -556,16 +685,23 @@ class DevStack:
             self.start_kafka()
         if self.manages("postgres"):
             self.start_postgres()
-        self._await_health("zookeeper", lambda: probe_zookeeper(self.s.effective_zk),
-                           ZK_START_TIMEOUT_S)
-        self._await_health("kafka", lambda: probe_kafka(self.s.effective_kafka),
-                           KAFKA_START_TIMEOUT_S)
-        self._await_health("postgres", lambda: probe_postgres(self.s.effective_dsn),
-                           PG_START_TIMEOUT_S)
+        self._await_health(
+            "zookeeper", lambda: probe_zookeeper(self.s.effective_zk), ZK_START_TIMEOUT_S
+        )
+        self._await_health(
+            "kafka", lambda: probe_kafka(self.s.effective_kafka), KAFKA_START_TIMEOUT_S
+        )
+        self._await_health(
+            "postgres", lambda: probe_postgres(self.s.effective_dsn), PG_START_TIMEOUT_S
+        )
         from tickwheel.kafka import create_topics
 
-        create_topics(self.s.effective_kafka, [*self.topics.all(), self.health_topic],
-                      partitions=self.s.topic_partitions, replication=self.s.topic_replication)
+        create_topics(
+            self.s.effective_kafka,
+            [*self.topics.all(), self.health_topic],
+            partitions=self.s.topic_partitions,
+            replication=self.s.topic_replication,
+        )
         statuses = self.status(round_trip=True)
         self.echo(f"stack up in {time.monotonic() - started:.1f}s")
         return statuses
@@ -575,27 +711,42 @@ class DevStack:
 
         def ok() -> bool:
             if name != "postgres" and self.manages(name) and self._jvm_pid(name) is None:
-                raise StackError(f"{name} exited during start-up: "
-                                 + _tail(self.logs / f"{name}.log", 3))
+                raise StackError(
+                    f"{name} exited during start-up: " + _tail(self.logs / f"{name}.log", 3)
+                )
             last[0] = probe()
             return last[0] is None
 
         if not _wait_until(ok, timeout_s, interval_s=0.5):
-            raise StackError(f"{name} not healthy after {timeout_s}s: {last[0]} "
-                             f"(log: {self.logs / (name + '.log')})")
+            raise StackError(
+                f"{name} not healthy after {timeout_s}s: {last[0]} "
+                f"(log: {self.logs / (name + '.log')})"
+            )
 
     def status(self, round_trip: bool = True) -> list[ServiceStatus]:
-        checks = [
+        checks: list[tuple[str, str, Callable[[], str | None]]] = [
             ("postgres", self.s.effective_dsn, lambda: probe_postgres(self.s.effective_dsn)),
             ("zookeeper", self.s.effective_zk, lambda: probe_zookeeper(self.s.effective_zk)),
-            ("kafka", self.s.effective_kafka, lambda: probe_kafka(
-                self.s.effective_kafka, self.health_topic if round_trip else None)),
+            (
+                "kafka",
+                self.s.effective_kafka,
+                lambda: probe_kafka(
+                    self.s.effective_kafka, self.health_topic if round_trip else None
+                ),
+            ),
         ]
-        result = []
+        result: list[ServiceStatus] = []
         for name, address, probe in checks:
             problem = probe()
-            result.append(ServiceStatus(name, address, problem is None, self.manages(name),
-                                        problem or self._describe(name)))
+            result.append(
+                ServiceStatus(
+                    name,
+                    address,
+                    problem is None,
+                    self.manages(name),
+                    problem or self._describe(name),
+                )
+            )
         return result
 
     def _describe(self, name: str) -> str:
@@ -614,7 +765,10 @@ class DevStack:
                 if _stop_pid(pid, str(self.root)):
                     stopped.append(name)
                 (self.run / f"{name}.pid").unlink(missing_ok=True)
-        if self.manages("postgres") and (self.root / "pg.location").is_file() \
-                and self.stop_postgres():
+        if (
+            self.manages("postgres")
+            and (self.root / "pg.location").is_file()
+            and self.stop_postgres()
+        ):
             stopped.append("postgres")
         return stopped

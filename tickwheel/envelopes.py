@@ -45,8 +45,9 @@ def _loads(raw: bytes) -> dict[str, Any]:
     return value
 
 
-def _take(obj: dict[str, Any], name: str, kind: type | tuple[type, ...],
-          optional: bool = False) -> Any:
+def _take(
+    obj: dict[str, Any], name: str, kind: type | tuple[type, ...], optional: bool = False
+) -> Any:
     if name not in obj or obj[name] is None:
         if optional:
             return None
@@ -129,14 +130,24 @@ class DeadLetter:
     dead_at: int  # unix milliseconds, UTC
 
     def encode(self) -> bytes:
-        return orjson.dumps({**self.run.to_dict(), "error": self.error,
-                             "attempts": self.attempts, "dead_at": self.dead_at})
+        return orjson.dumps(
+            {
+                **self.run.to_dict(),
+                "error": self.error,
+                "attempts": self.attempts,
+                "dead_at": self.dead_at,
+            }
+        )
 
     @classmethod
     def decode(cls, raw: bytes) -> DeadLetter:
         obj = _loads(raw)
-        return cls(run=RunEnvelope.from_dict(obj), error=_take(obj, "error", str),
-                   attempts=_take(obj, "attempts", int), dead_at=_take(obj, "dead_at", int))
+        return cls(
+            run=RunEnvelope.from_dict(obj),
+            error=_take(obj, "error", str),
+            attempts=_take(obj, "attempts", int),
+            dead_at=_take(obj, "dead_at", int),
+        )
 
 
 @dataclass(frozen=True)
@@ -177,10 +188,13 @@ class Registration:
     @classmethod
     def decode(cls, raw: bytes) -> Registration:
         obj = _loads(raw)
-        return cls(op=_take(obj, "op", str), tenant=_take(obj, "tenant", str),
-                   job=_take(obj, "job", dict, optional=True),
-                   id=_take(obj, "id", str, optional=True),
-                   version=_take(obj, "version", int, optional=True))
+        return cls(
+            op=_take(obj, "op", str),
+            tenant=_take(obj, "tenant", str),
+            job=_take(obj, "job", dict, optional=True),
+            id=_take(obj, "id", str, optional=True),
+            version=_take(obj, "version", int, optional=True),
+        )
 
 
 @dataclass(frozen=True)
@@ -193,17 +207,21 @@ class Rejection:
     original: bytes = field(repr=False)
 
     def encode(self) -> bytes:
-        return orjson.dumps({
-            "reason": self.reason,
-            "source": {"partition": self.partition, "offset": self.offset},
-            "original": base64.b64encode(self.original).decode(),
-        })
+        return orjson.dumps(
+            {
+                "reason": self.reason,
+                "source": {"partition": self.partition, "offset": self.offset},
+                "original": base64.b64encode(self.original).decode(),
+            }
+        )
 
     @classmethod
     def decode(cls, raw: bytes) -> Rejection:
         obj = _loads(raw)
         source = _take(obj, "source", dict)
-        return cls(reason=_take(obj, "reason", str),
-                   partition=_take(source, "partition", int),
-                   offset=_take(source, "offset", int),
-                   original=base64.b64decode(_take(obj, "original", str), validate=True))
+        return cls(
+            reason=_take(obj, "reason", str),
+            partition=_take(source, "partition", int),
+            offset=_take(source, "offset", int),
+            original=base64.b64decode(_take(obj, "original", str), validate=True),
+        )

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 AUTO_COMMIT_INTERVAL_MS = 1000
 TOPIC_CREATE_TIMEOUT_S = 30.0
@@ -57,8 +58,9 @@ def admin_client(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
-def create_topics(bootstrap: str, names: Iterable[str], partitions: int,
-                  replication: int) -> list[str]:
+def create_topics(
+    bootstrap: str, names: Iterable[str], partitions: int, replication: int
+) -> list[str]:
     """Create the topics that do not exist yet; return the names created. Idempotent."""
     admin = admin_client(bootstrap)
     existing = set(admin.list_topics(timeout=TOPIC_CREATE_TIMEOUT_S).topics)
@@ -67,7 +69,8 @@ def create_topics(bootstrap: str, names: Iterable[str], partitions: int,
         return []
     futures = admin.create_topics(
         [NewTopic(n, num_partitions=partitions, replication_factor=replication) for n in wanted],
-        operation_timeout=TOPIC_CREATE_TIMEOUT_S, request_timeout=TOPIC_CREATE_TIMEOUT_S,
+        operation_timeout=TOPIC_CREATE_TIMEOUT_S,
+        request_timeout=TOPIC_CREATE_TIMEOUT_S,
     )
     created = []
     for name, future in futures.items():
@@ -106,8 +109,13 @@ def round_trip(bootstrap: str, topic: str, timeout_s: float = 30.0) -> float:
     if prod.flush(timeout_s) != 0 or not delivered:
         raise TimeoutError(f"produce to {topic} was not acknowledged within {timeout_s}s")
     partition, offset = delivered[0]
-    cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"health-{uuid.uuid4()}",
-                     "enable.auto.commit": False})
+    cons = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"health-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         cons.assign([TopicPartition(topic, partition, offset)])
         deadline = time.monotonic() + timeout_s

@@ -22,7 +22,7 @@ def parse_blocks(text: str) -> dict[str, str]:
         name = match.group(1)
         if name in blocks:
             raise ValueError(f"query {name!r} is defined twice")
-        body = text[match.end():end].strip()
+        body = text[match.end() : end].strip()
         if not body:
             raise ValueError(f"query {name!r} is empty")
         blocks[name] = body

@@ -21,8 +21,14 @@ TICKWHEEL = str(Path(sys.executable).parent / "tickwheel")
 
 def _migrate_cli(dsn: str) -> str:
     env = {**os.environ, "TICKWHEEL_DSN": dsn}
-    out = subprocess.run([TICKWHEEL, "db", "migrate"], env=env, capture_output=True, text=True,
-                         timeout=60, check=False)
+    out = subprocess.run(
+        [TICKWHEEL, "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -33,7 +39,8 @@ async def _schema_fingerprint(dsn: str) -> list[tuple[str, str]]:
         rows = await conn.fetch(
             "SELECT c.relname, c.relkind::text FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
-            "ORDER BY 1")
+            "ORDER BY 1"
+        )
         return [(r[0], r[1]) for r in rows]
     finally:
         await conn.close()
@@ -48,8 +55,16 @@ async def test_migrate_twice_is_a_noop(empty_db_dsn: str) -> None:
     assert "schema is current" in second and "applied" not in second
     assert await _schema_fingerprint(empty_db_dsn) == before
     names = {name for name, _ in before}
-    assert {"jobs", "job_runs", "shard_leaders", "tenants", "api_keys",
-            "schema_migrations", "jobs_due", "job_runs_default"} <= names
+    assert {
+        "jobs",
+        "job_runs",
+        "shard_leaders",
+        "tenants",
+        "api_keys",
+        "schema_migrations",
+        "jobs_due",
+        "job_runs_default",
+    } <= names
 
 
 async def test_due_index_is_partial_on_active_jobs(db_dsn: str) -> None:
@@ -78,10 +93,17 @@ async def test_runs_land_in_daily_partitions_and_retention_drops_them(db_dsn: st
         for tenant, job, at, _ in rows:
             await conn.execute(
                 "INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, epoch)"
-                " VALUES ($1, $2, $3, 0, 'normal', 1)", tenant, job, at)
-        where = {label: await conn.fetchval(
-            "SELECT tableoid::regclass::text FROM job_runs WHERE scheduled_at = $1", at)
-            for _, _, at, label in rows}
+                " VALUES ($1, $2, $3, 0, 'normal', 1)",
+                tenant,
+                job,
+                at,
+            )
+        where = {
+            label: await conn.fetchval(
+                "SELECT tableoid::regclass::text FROM job_runs WHERE scheduled_at = $1", at
+            )
+            for _, _, at, label in rows
+        }
         assert where["today"] == f"job_runs_p{today:%Y%m%d}"
         assert where["old"] == f"job_runs_p{old_day:%Y%m%d}"
         assert where["ancient"] == "job_runs_default"
@@ -109,8 +131,16 @@ async def test_constraint_violation_maps_to_a_domain_error(db_dsn: str) -> None:
 def test_partitions_command_is_idempotent(db_dsn: str, stack: Addresses) -> None:
     """`tickwheel db partitions` twice creates the missing days once, then nothing"""
     env = {**os.environ, "TICKWHEEL_DSN": db_dsn}
-    outs = [subprocess.run([TICKWHEEL, "db", "partitions", "--days-ahead", "20"], env=env,
-                           capture_output=True, text=True, check=True, timeout=60).stdout
-            for _ in range(2)]
+    outs = [
+        subprocess.run(
+            [TICKWHEEL, "db", "partitions", "--days-ahead", "20"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        for _ in range(2)
+    ]
     assert outs[0].strip() != "job_runs partitions created: 0"
     assert outs[1].strip() == "job_runs partitions created: 0"

@@ -23,8 +23,9 @@ TICKWHEEL = str(Path(sys.executable).parent / "tickwheel")
 
 def test_status_reports_three_healthy_services(stack: Addresses) -> None:
     """`tickwheel dev status` exits 0 listing postgres, zookeeper and kafka as healthy"""
-    out = subprocess.run([TICKWHEEL, "dev", "status"], capture_output=True, text=True,
-                         timeout=120, check=False)
+    out = subprocess.run(
+        [TICKWHEEL, "dev", "status"], capture_output=True, text=True, timeout=120, check=False
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     rows = {line.split()[0]: line.split()[1] for line in out.stdout.splitlines()}
     assert rows == {"postgres": "healthy", "zookeeper": "healthy", "kafka": "healthy"}
@@ -43,19 +44,31 @@ def test_jvms_are_apache_kafka_and_zookeeper_from_maven_jars(stack: Addresses) -
     assert "org.apache.zookeeper.server.ZooKeeperServerMain" in zk_cmd
     jars = {p.name for p in (dev.root / "jars" / "kafka").iterdir()}
     assert any(j.startswith("kafka_2.13-4.") for j in jars)
-    assert any(p.name.startswith("zookeeper-3.9.")
-               for p in (dev.root / "jars" / "zookeeper").iterdir())
+    assert any(
+        p.name.startswith("zookeeper-3.9.") for p in (dev.root / "jars" / "zookeeper").iterdir()
+    )
 
 
 def test_high_priority_run_topic_round_trip(stack: Addresses, topics: Topics) -> None:
     """a message produced with confluent-kafka to runs.high is consumed back with its headers"""
     token = uuid.uuid4().hex.encode()
     prod = producer(stack.kafka)
-    prod.produce(topics.runs("high"), key=b"job-1", value=token, partition=1,
-                 headers=[("run_key", b"acme/job-1@1")])
+    prod.produce(
+        topics.runs("high"),
+        key=b"job-1",
+        value=token,
+        partition=1,
+        headers=[("run_key", b"acme/job-1@1")],
+    )
     assert prod.flush(30) == 0
-    cons = Consumer({"bootstrap.servers": stack.kafka, "group.id": f"g-{uuid.uuid4()}",
-                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    cons = Consumer(
+        {
+            "bootstrap.servers": stack.kafka,
+            "group.id": f"g-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         cons.assign([TopicPartition(topics.runs("high"), 1, 0)])
         got = None
@@ -86,9 +99,16 @@ def test_zookeeper_session_and_ephemeral_node(stack: Addresses) -> None:
 
 def test_env_prints_evalable_exports(stack: Addresses) -> None:
     """`tickwheel dev env` prints three `export TICKWHEEL_…=` lines a shell can eval"""
-    out = subprocess.run(["bash", "-c", f'eval "$({TICKWHEEL} dev env)"; '
-                          'echo "$TICKWHEEL_DSN|$TICKWHEEL_KAFKA|$TICKWHEEL_ZK"'],
-                         capture_output=True, text=True, check=True,
-                         env={k: v for k, v in os.environ.items()})
+    out = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'eval "$({TICKWHEEL} dev env)"; echo "$TICKWHEEL_DSN|$TICKWHEEL_KAFKA|$TICKWHEEL_ZK"',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items()},
+    )
     dsn, kafka, zk = out.stdout.strip().split("|")
     assert dsn.startswith("postgresql://") and ":" in kafka and ":" in zk

@@ -19,8 +19,9 @@ def _run_dev_up(tmp_path: Path, path_dirs: list[Path]) -> subprocess.CompletedPr
     env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWHEEL_")}
     env["PATH"] = os.pathsep.join(str(p) for p in path_dirs)
     env["TICKWHEEL_DEVSTACK_DIR"] = str(tmp_path / "stack")
-    return subprocess.run([TICKWHEEL, "dev", "up"], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run(
+        [TICKWHEEL, "dev", "up"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def test_missing_java_is_one_line(tmp_path: Path) -> None:
@@ -52,8 +53,7 @@ def test_given_services_need_no_local_tools(tmp_path: Path) -> None:
     from tickwheel.config import load_settings
     from tickwheel.devstack import DevStack
 
-    s = load_settings(dsn="postgresql://u@h/db", kafka="h:9092", zk="h:2181",
-                      devstack_dir=tmp_path)
+    s = load_settings(dsn="postgresql://u@h/db", kafka="h:9092", zk="h:2181", devstack_dir=tmp_path)
     stack = DevStack(s, echo=lambda _l: None)
     old = os.environ["PATH"]
     os.environ["PATH"] = str(tmp_path)
@@ -62,4 +62,7 @@ def test_given_services_need_no_local_tools(tmp_path: Path) -> None:
     finally:
         os.environ["PATH"] = old
     assert [line.split("=", 1)[0] for line in stack.env_lines()] == [
-        "export TICKWHEEL_DSN", "export TICKWHEEL_KAFKA", "export TICKWHEEL_ZK"]
+        "export TICKWHEEL_DSN",
+        "export TICKWHEEL_KAFKA",
+        "export TICKWHEEL_ZK",
+    ]

@@ -23,9 +23,17 @@ pytestmark = pytest.mark.unit
 
 def _run(**kw: object) -> RunEnvelope:
     base: dict[str, object] = dict(
-        run_key=run_key("acme", "invoice-42", 1_764_579_600_000), tenant="acme",
-        job_id="invoice-42", scheduled_at=1_764_579_600_000, attempt=1, epoch=3,
-        priority="normal", payload={"n": 1}, timeout_ms=300_000, handler="billing.send")
+        run_key=run_key("acme", "invoice-42", 1_764_579_600_000),
+        tenant="acme",
+        job_id="invoice-42",
+        scheduled_at=1_764_579_600_000,
+        attempt=1,
+        epoch=3,
+        priority="normal",
+        payload={"n": 1},
+        timeout_ms=300_000,
+        handler="billing.send",
+    )
     base.update(kw)
     return RunEnvelope(**base)  # type: ignore[arg-type]
 
@@ -44,8 +52,19 @@ def test_run_envelope_round_trip_and_headers() -> None:
     env = _run()
     body = orjson.loads(env.encode())
     assert body["v"] == 1 and body["handler"] == "billing.send" and "target" not in body
-    assert set(body) == {"v", "run_key", "tenant", "job_id", "scheduled_at", "attempt", "epoch",
-                         "priority", "handler", "payload", "timeout_ms"}
+    assert set(body) == {
+        "v",
+        "run_key",
+        "tenant",
+        "job_id",
+        "scheduled_at",
+        "attempt",
+        "epoch",
+        "priority",
+        "handler",
+        "payload",
+        "timeout_ms",
+    }
     assert RunEnvelope.decode(env.encode()) == env
     assert dict(env.headers()) == {"run_key": env.run_key.encode(), "epoch": b"3"}
 
@@ -56,13 +75,16 @@ def test_target_envelope_round_trip() -> None:
     assert RunEnvelope.decode(env.encode()) == env
 
 
-@pytest.mark.parametrize(("mutate", "needle"), [
-    (lambda b: b.pop("epoch"), "'epoch' is missing"),
-    (lambda b: b.update(attempt="1"), "'attempt' has the wrong type"),
-    (lambda b: b.update(attempt=True), "'attempt' has the wrong type"),
-    (lambda b: b.update(v=2), "version 2"),
-    (lambda b: b.update(run_key="acme/other@1"), "does not match"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "needle"),
+    [
+        (lambda b: b.pop("epoch"), "'epoch' is missing"),
+        (lambda b: b.update(attempt="1"), "'attempt' has the wrong type"),
+        (lambda b: b.update(attempt=True), "'attempt' has the wrong type"),
+        (lambda b: b.update(v=2), "version 2"),
+        (lambda b: b.update(run_key="acme/other@1"), "does not match"),
+    ],
+)
 def test_malformed_run_envelopes_name_the_field(mutate: object, needle: str) -> None:
     """decoding a damaged envelope raises EnvelopeError naming what is wrong"""
     body = _run().to_dict()
@@ -112,7 +134,13 @@ def test_rejection_keeps_the_original_bytes() -> None:
 def test_topic_names_take_the_prefix() -> None:
     """every topic of DESIGN §5 is named under the configured prefix"""
     t = Topics("acme")
-    assert t.all() == ["acme.registrations", "acme.registrations.rejected", "acme.runs.high",
-                       "acme.runs.normal", "acme.runs.low", "acme.runs.dlq"]
+    assert t.all() == [
+        "acme.registrations",
+        "acme.registrations.rejected",
+        "acme.runs.high",
+        "acme.runs.normal",
+        "acme.runs.low",
+        "acme.runs.dlq",
+    ]
     with pytest.raises(ValueError, match="priority"):
         t.runs("urgent")

@@ -42,18 +42,25 @@ def test_design_card_folders_are_tickwheel_subpackages() -> None:
     import tickwheel.wheel
     import tickwheel.workers
 
-    for module, folder in [(tickwheel.wheel, "wheel"), (tickwheel.shards, "shards"),
-                           (tickwheel.workers, "workers"),
-                           (tickwheel.registry_api, "registry_api")]:
+    for module, folder in [
+        (tickwheel.wheel, "wheel"),
+        (tickwheel.shards, "shards"),
+        (tickwheel.workers, "workers"),
+        (tickwheel.registry_api, "registry_api"),
+    ]:
         assert Path(module.__file__ or "").resolve().parent == REPO / folder
 
 
 def test_pypi_wheel_is_not_shadowed(tmp_path: Path) -> None:
     """`import wheel` in an installed environment gets PyPI's wheel, not our wheel/ folder"""
-    probe = ("import wheel, tickwheel.wheel; "
-             "print(wheel.__file__); print(tickwheel.wheel.__file__)")
-    out = subprocess.run([sys.executable, "-P", "-c", probe], cwd=tmp_path,
-                         capture_output=True, text=True, check=True)
+    probe = "import wheel, tickwheel.wheel; print(wheel.__file__); print(tickwheel.wheel.__file__)"
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     pypi_wheel, ours = out.stdout.split()
     assert "site-packages" in pypi_wheel
     assert not Path(pypi_wheel).resolve().is_relative_to(REPO / "wheel")
