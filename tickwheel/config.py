@@ -47,6 +47,20 @@ class Settings(BaseSettings):
         description="relative share of worker polls per priority topic",
     )
     payload_limit_bytes: int = Field(262_144, ge=1, description="max job payload, bytes")
+    target_allowlist: list[str] = Field(
+        default_factory=list,
+        description="URL prefixes HTTP targets may call (JSON list); empty: no HTTP targets",
+    )
+    intake_batch: int = Field(
+        2000, ge=1, le=100_000, description="registrations applied per database transaction"
+    )
+    kafka_session_timeout_ms: int = Field(
+        10_000,
+        ge=6_000,
+        le=300_000,
+        description="consumer group session timeout: how long a crashed member holds its "
+        "partitions, milliseconds",
+    )
     topic_partitions: int = Field(6, ge=1, description="partitions of created topics")
     topic_replication: int = Field(1, ge=1, description="replication factor of created topics")
 

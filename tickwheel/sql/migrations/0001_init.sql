@@ -17,10 +17,6 @@ CREATE TABLE api_keys (
 );
 CREATE INDEX api_keys_tenant ON api_keys (tenant);
 
--- Every insert or update of a job takes the next value: shard leaders poll
--- `change_seq > last seen` for their shard to pick up edits inside their loaded horizon.
-CREATE SEQUENCE job_change_seq;
-
 CREATE TABLE jobs (
     tenant              text NOT NULL REFERENCES tenants (name),
     job_id              text NOT NULL CONSTRAINT jobs_id_form CHECK (job_id ~ '^[A-Za-z0-9._:-]{1,128}$'),
@@ -50,7 +46,14 @@ CREATE TABLE jobs (
                         CONSTRAINT jobs_status CHECK (status IN ('active', 'paused', 'completed', 'deleted')),
     next_run_at         timestamptz,
     version             bigint NOT NULL DEFAULT 1,
-    change_seq          bigint NOT NULL DEFAULT nextval('job_change_seq'),
+    -- The change feed (docs/CHANGE_FEED.md): the id of the transaction that last wrote the
+    -- row. Unlike a sequence value, it lets a poller that remembers the xmin of its previous
+    -- snapshot miss no commit, whatever order concurrent writers commit in.
+    change_xid          xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    -- Position of the last registration message applied to this row (partition, offset):
+    -- a redelivered message at or below it is a no-op, so intake replays change nothing.
+    intake_partition    integer,
+    intake_offset       bigint,
     document            jsonb NOT NULL,  -- the job document as accepted (idempotent re-POST)
     created_at          timestamptz NOT NULL DEFAULT now(),
     updated_at          timestamptz NOT NULL DEFAULT now(),
@@ -63,16 +66,28 @@ CREATE TABLE jobs (
 -- The horizon load: a shard's active jobs due before now + horizon, in due order.
 CREATE INDEX jobs_due ON jobs (shard_id, next_run_at) WHERE status = 'active';
 -- The change feed of a shard.
-CREATE INDEX jobs_changes ON jobs (shard_id, change_seq);
+CREATE INDEX jobs_changes ON jobs (shard_id, change_xid);
 
 CREATE FUNCTION jobs_touch() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    NEW.change_seq := nextval('job_change_seq');
+    NEW.change_xid := pg_current_xact_id();
     NEW.updated_at := now();
     RETURN NEW;
 END $$;
 
 CREATE TRIGGER jobs_touch BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION jobs_touch();
+
+-- Wake-up hint for shard leaders: NOTIFY tickwheel_jobs with the shard id. Postgres folds
+-- identical payloads within a transaction, so a batch of writes sends one per shard. It is a
+-- hint only; the change feed above is the source of truth (notifications are lost while a
+-- listener is disconnected).
+CREATE FUNCTION jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('tickwheel_jobs', NEW.shard_id::text);
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER jobs_notify AFTER INSERT OR UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION jobs_notify();
 
 CREATE TABLE shard_leaders (
     shard_id    integer PRIMARY KEY CHECK (shard_id >= 0),

@@ -1,0 +1,15 @@
+"""Named crash points for tests of crash safety (I5): the process dies on the spot, as in a
+power cut, when `TICKWHEEL_FAULT` names the point. Unset in production; one env lookup per call.
+"""
+
+from __future__ import annotations
+
+import os
+
+FAULT_EXIT_CODE = 86
+
+
+def crash_point(name: str) -> None:
+    """Exit immediately, skipping every cleanup (no flush, no commit), if this point is armed."""
+    if os.environ.get("TICKWHEEL_FAULT") == name:
+        os._exit(FAULT_EXIT_CODE)
