@@ -1,1 +1,82 @@
-"""Schedule semantics: cron in IANA zones, DST policies, misfire and overlap (issue 4)."""
+"""Schedule semantics (DESIGN §6): when a job runs, as pure functions of plain values.
+
+Cron expressions in IANA zones with DST policies and `H` fields (`cron`), one-off instants
+(`instants`), the cached evaluator shard leaders use on their hot path (`cache`), and the
+misfire and overlap decisions (`misfire`, `overlap`). Instants crossing this boundary are UTC
+integer milliseconds.
+"""
+
+from __future__ import annotations
+
+from tickwheel.schedule.cache import CacheStats, ScheduleCache
+from tickwheel.schedule.cron import (
+    ALIASES,
+    CronSchedule,
+    DstGap,
+    DstOverlap,
+    parse_cron,
+    parse_dst_gap,
+    parse_dst_overlap,
+    uses_key,
+)
+from tickwheel.schedule.errors import ScheduleError
+from tickwheel.schedule.hashing import stable_hash
+from tickwheel.schedule.instants import format_utc, parse_at, parse_instant
+from tickwheel.schedule.misfire import (
+    DEFAULT_GRACE_MS,
+    DEFAULT_MAX_CATCHUP,
+    MAX_CATCHUP_LIMIT,
+    PLAN_LIMIT,
+    REASON_MAX_CATCHUP,
+    REASON_MISFIRE,
+    MisfirePlan,
+    MisfirePolicy,
+    SkippedSpan,
+    parse_misfire_policy,
+    plan_misfire,
+    validate_misfire,
+)
+from tickwheel.schedule.overlap import (
+    REASON_OVERLAP,
+    OverlapDecision,
+    OverlapPolicy,
+    decide_overlap,
+    parse_overlap_policy,
+)
+from tickwheel.schedule.zones import load_zone
+
+__all__ = [
+    "ALIASES",
+    "DEFAULT_GRACE_MS",
+    "DEFAULT_MAX_CATCHUP",
+    "MAX_CATCHUP_LIMIT",
+    "PLAN_LIMIT",
+    "REASON_MAX_CATCHUP",
+    "REASON_MISFIRE",
+    "REASON_OVERLAP",
+    "CacheStats",
+    "CronSchedule",
+    "DstGap",
+    "DstOverlap",
+    "MisfirePlan",
+    "MisfirePolicy",
+    "OverlapDecision",
+    "OverlapPolicy",
+    "ScheduleCache",
+    "ScheduleError",
+    "SkippedSpan",
+    "decide_overlap",
+    "format_utc",
+    "load_zone",
+    "parse_at",
+    "parse_cron",
+    "parse_dst_gap",
+    "parse_dst_overlap",
+    "parse_instant",
+    "parse_misfire_policy",
+    "parse_overlap_policy",
+    "plan_misfire",
+    "stable_hash",
+    "uses_key",
+    "validate_misfire",
+]

@@ -1,10 +1,98 @@
-"""`tickwheel cron …` commands (issue 4)."""
+"""`tickwheel cron …`: evaluate a schedule from the shell (DESIGN §7).
+
+Bad input exits with code 2 and one line on stderr, naming the option and the allowed form —
+for click's own usage errors too, which would otherwise print the usage block first.
+"""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import click
+
+from tickwheel.schedule.cron import DstGap, DstOverlap, parse_cron
+from tickwheel.schedule.errors import ScheduleError
+from tickwheel.schedule.instants import format_utc, parse_instant
+
+EXIT_BAD_INPUT = 2  # exit code for bad input, as click uses for usage errors
+_OPTION_OF_FIELD = {"schedule": "EXPR", "timezone": "--tz", "key": "--key", "after": "--after"}
+
+
+class _OneLineErrors(click.Command):
+    """A command whose usage errors print as a single `Error: …` line."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            # Without a context, UsageError.show() prints only the message line.
+            exc.ctx = None
+            raise
+
+
+def _fail(ctx: click.Context, exc: ScheduleError) -> None:
+    option = _OPTION_OF_FIELD.get(exc.field, exc.field)
+    click.echo(f"Error: invalid {option}: {exc.message}", err=True)
+    ctx.exit(EXIT_BAD_INPUT)
 
 
 @click.group()
 def cron() -> None:
     """Evaluate cron schedules."""
+
+
+@cron.command("next", cls=_OneLineErrors)
+@click.argument("expr")
+@click.option("--tz", default="UTC", show_default=True, help="IANA zone the schedule is read in.")
+@click.option(
+    "--after",
+    default=None,
+    help="ISO-8601 instant with Z or an offset; results are strictly after it. [default: now]",
+)
+@click.option("--count", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--key", default=None, help="Job identity tenant/job_id that H fields hash.")
+@click.option(
+    "--dst-gap",
+    default=DstGap.SHIFT.value,
+    show_default=True,
+    type=click.Choice([g.value for g in DstGap]),
+    help="Fixed-hour times the clock skips: shift to the gap's end, or skip that day.",
+)
+@click.option(
+    "--dst-overlap",
+    default=DstOverlap.FIRST.value,
+    show_default=True,
+    type=click.Choice([o.value for o in DstOverlap]),
+    help="Fixed-hour times the clock repeats: fire at the first, the last or both.",
+)
+@click.pass_context
+def next_command(
+    ctx: click.Context,
+    expr: str,
+    tz: str,
+    after: str | None,
+    count: int,
+    key: str | None,
+    dst_gap: str,
+    dst_overlap: str,
+) -> None:
+    """Print the next COUNT fire instants of EXPR, in UTC, one per line.
+
+    EXPR has 5 fields (minute hour day-of-month month day-of-week), 6 with seconds first, or is
+    an alias such as @daily; quote it.
+    """
+    try:
+        schedule = parse_cron(expr, tz=tz, key=key, dst_gap=dst_gap, dst_overlap=dst_overlap)
+        after_ms = time.time_ns() // 1_000_000 if after is None else parse_instant(after, "after")
+    except ScheduleError as exc:
+        _fail(ctx, exc)
+        return
+    for instant in schedule.next_n(after_ms, count):
+        click.echo(format_utc(instant))

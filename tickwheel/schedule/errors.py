@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+from typing import TypeVar
+
+E = TypeVar("E", bound=StrEnum)
+
 
 class ScheduleError(ValueError):
     """Bad schedule input: `field` names the job-document field, `message` is one sentence.
@@ -18,3 +23,12 @@ class ScheduleError(ValueError):
     def __reduce__(self) -> tuple[type[ScheduleError], tuple[str, str]]:
         # ValueError pickles its args, which here is only the message; keep the field too.
         return (type(self), (self.field, self.message))
+
+
+def parse_choice(choices: type[E], value: object, field: str) -> E:
+    """The member of `choices` whose value is `value`, or ScheduleError(field) listing them."""
+    for member in choices:
+        if value == member.value:
+            return member
+    allowed = ", ".join(member.value for member in choices)
+    raise ScheduleError(field, f"{field} must be one of {allowed}; got {value!r}.")

@@ -1,0 +1,401 @@
+"""Cron schedules in IANA zones: parsing, `H` resolution and the DST rules of DESIGN §6.
+
+An expression has 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first
+(the Quartz/Spring/Temporal order), or is one of the aliases `@yearly` `@annually` `@monthly`
+`@weekly` `@daily` `@midnight` `@hourly` (their Vixie meaning, not hashed). It is read in local
+wall time of its zone and yields UTC instants (integer milliseconds).
+
+Wall times and instants are not one-to-one around DST changes, so every matching wall time is
+mapped to instants by these rules:
+
+* interval-style schedules — the hour field written `*`, `*/n` or `H/n` — follow elapsed time:
+  a wall time that happens twice fires twice, a wall time that does not exist does not fire;
+* fixed-hour schedules (any other hour field) follow the job's policies:
+  - `dst.overlap` for a wall time that happens twice: `first` (default) fires at the earlier
+    instant, `last` at the later, `both` at each;
+  - `dst.gap` for a wall time that does not exist: `shift` (default) fires at the first instant
+    after the gap — the transition itself, e.g. 03:00 CEST for 02:30 on the spring-forward night
+    in Europe/Berlin — and `skip` does not fire that day.
+  Several wall times shifted out of one gap, and a real wall time at the end of the gap, land on
+  the same instant; they are one run, since a run is identified by job and instant.
+
+Evaluation walks the zone's offset segments (`zones.py`): within a segment wall time and instant
+differ by a constant, so the next fire in a segment is the next matching wall time in the part of
+the segment's wall-time range the policies allow, found by `wallclock.py` without DST.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import lru_cache
+from itertools import islice
+
+from croniter import croniter
+
+from tickwheel.schedule.errors import ScheduleError, parse_choice
+from tickwheel.schedule.hashing import (
+    RANDOM_TOKEN,
+    expand_hash_token,
+    is_hash_token,
+)
+from tickwheel.schedule.wallclock import WallClockMatcher, build_matcher
+from tickwheel.schedule.zones import (
+    MAX_INSTANT_S,
+    MIN_INSTANT_S,
+    ZoneTimeline,
+    timeline,
+    year_start_s,
+)
+
+MAX_EXPRESSION_CHARS = 256  # characters; longer input is rejected before croniter sees it
+MIN_AFTER_MS = MIN_INSTANT_S * 1000  # milliseconds, 1900-01-01T00:00:00Z
+MAX_AFTER_MS = MAX_INSTANT_S * 1000  # milliseconds, 9000-01-01T00:00:00Z (exclusive)
+# Wall time a new expression must match after (within the horizon) to count as satisfiable.
+_SATISFIABLE_FROM_WALL_S = year_start_s(2000)  # seconds
+_MATCHER_CACHE_ENTRIES = 4096  # compiled expressions shared across zones, keys and policies
+
+ALIASES: dict[str, str] = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+_FIELD_SEPARATOR = re.compile(r"[ \t]+")
+_INTERVAL_HOUR = re.compile(r"^(?:\*|\*/\d+|[hH]/\d+)$")
+
+
+class DstGap(StrEnum):
+    """What a fixed-hour schedule does with a wall time the zone skips."""
+
+    SHIFT = "shift"
+    SKIP = "skip"
+
+
+class DstOverlap(StrEnum):
+    """What a fixed-hour schedule does with a wall time the zone repeats."""
+
+    FIRST = "first"
+    LAST = "last"
+    BOTH = "both"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """One cron field: its name in messages, its bounds, and the range `H` draws from."""
+
+    name: str
+    low: int
+    high: int
+    hash_low: int
+    hash_high: int
+    allowed: str
+
+
+_STEPS = "lists a,b, ranges a-b, steps */n or a-b/n, or H forms"
+SECOND = FieldSpec("second", 0, 59, 0, 59, f"0-59, *, {_STEPS}")
+MINUTE = FieldSpec("minute", 0, 59, 0, 59, f"0-59, *, {_STEPS}")
+HOUR = FieldSpec("hour", 0, 23, 0, 23, f"0-23, *, {_STEPS}")
+# H in day-of-month stays within 1-28 so that the job fires in every month (as in Jenkins).
+DAY_OF_MONTH = FieldSpec("day-of-month", 1, 31, 1, 28, f"1-31, L, ?, *, {_STEPS}")
+MONTH = FieldSpec("month", 1, 12, 1, 12, f"1-12 or JAN-DEC, *, {_STEPS}")
+# 0 and 7 are both Sunday; H draws from 0-6 so that every weekday is equally likely.
+DAY_OF_WEEK = FieldSpec("day-of-week", 0, 7, 0, 6, f"0-7 or SUN-SAT, ?, *, {_STEPS}")
+
+FIELDS_5 = (MINUTE, HOUR, DAY_OF_MONTH, MONTH, DAY_OF_WEEK)
+FIELDS_6 = (SECOND, MINUTE, HOUR, DAY_OF_MONTH, MONTH, DAY_OF_WEEK)
+_FORM = (
+    "5 fields (minute hour day-of-month month day-of-week), 6 with seconds first, "
+    "or an alias such as @daily"
+)
+
+
+def parse_dst_gap(value: object) -> DstGap:
+    """The `dst.gap` policy named `value`, or ScheduleError("dst.gap")."""
+    return parse_choice(DstGap, value, "dst.gap")
+
+
+def parse_dst_overlap(value: object) -> DstOverlap:
+    """The `dst.overlap` policy named `value`, or ScheduleError("dst.overlap")."""
+    return parse_choice(DstOverlap, value, "dst.overlap")
+
+
+def split_fields(expr: object) -> list[str]:
+    """The fields of a cron expression (aliases expanded), or ScheduleError("schedule")."""
+    if not isinstance(expr, str):
+        raise ScheduleError("schedule", f"schedule must be a string of {_FORM}.")
+    if len(expr) > MAX_EXPRESSION_CHARS:
+        raise ScheduleError(
+            "schedule", f"schedule is longer than {MAX_EXPRESSION_CHARS} characters."
+        )
+    text = expr.strip(" \t")
+    if text.startswith("@"):
+        alias = ALIASES.get(text.lower())
+        if alias is None:
+            raise ScheduleError(
+                "schedule",
+                f"schedule alias {text!r} is unknown; use one of {', '.join(ALIASES)}.",
+            )
+        text = alias
+    fields = _FIELD_SEPARATOR.split(text) if text else []
+    if len(fields) not in (5, 6):
+        raise ScheduleError(
+            "schedule", f"schedule {expr!r} has {len(fields)} fields; expected {_FORM}."
+        )
+    return fields
+
+
+def uses_key(expr: str) -> bool:
+    """Whether the expression's meaning depends on the job key (it has an `H` item)."""
+    try:
+        fields = split_fields(expr)
+    except ScheduleError:
+        return False
+    return any(is_hash_token(item) for field in fields for item in field.split(","))
+
+
+def resolve_fields(fields: list[str], key: str | None) -> list[str]:
+    """The fields with every `H` item replaced by the concrete values it stands for."""
+    specs = FIELDS_6 if len(fields) == 6 else FIELDS_5
+    resolved = []
+    for field, spec in zip(fields, specs, strict=True):
+        items = field.split(",")
+        out = []
+        for index, item in enumerate(items):
+            if RANDOM_TOKEN.match(item):
+                raise ScheduleError(
+                    "schedule",
+                    f"schedule: the {spec.name} item {item!r} asks for a random value, which "
+                    "would differ per evaluation; use H for a stable per-job spread.",
+                )
+            if not is_hash_token(item):
+                out.append(item)
+                continue
+            if not key:
+                raise ScheduleError(
+                    "schedule",
+                    f"schedule: the {spec.name} item {item!r} uses H, which needs the job "
+                    "key (tenant/job_id) to hash.",
+                )
+            values = expand_hash_token(
+                item,
+                key=key,
+                salt=f"{spec.name}#{index}",
+                field_name=spec.name,
+                field_low=spec.low,
+                field_high=spec.high,
+                hash_low=spec.hash_low,
+                hash_high=spec.hash_high,
+            )
+            out.append(",".join(str(v) for v in values))
+        resolved.append(",".join(out))
+    return resolved
+
+
+def is_interval_hour(hour_field: str) -> bool:
+    """Whether an hour field as written makes a schedule interval-style (`*`, `*/n`, `H/n`)."""
+    return _INTERVAL_HOUR.match(hour_field) is not None
+
+
+# croniter reports bad input through several exception types.
+_CRONITER_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError)
+
+
+@lru_cache(maxsize=_MATCHER_CACHE_ENTRIES)
+def _compile(resolved: str) -> WallClockMatcher:
+    return build_matcher(croniter(resolved, start_time=0.0, second_at_beginning=True))
+
+
+def clear_compiled() -> None:
+    """Forget every compiled expression (for measuring cold parses; never needed otherwise)."""
+    _compile.cache_clear()
+
+
+def _compile_or_explain(expr: str, fields: list[str], resolved: list[str]) -> WallClockMatcher:
+    try:
+        return _compile(" ".join(resolved))
+    except _CRONITER_ERRORS as exc:
+        cause = exc
+    # Name the first field that is wrong on its own; only if none is, the combination is.
+    specs = FIELDS_6 if len(fields) == 6 else FIELDS_5
+    for index, spec in enumerate(specs):
+        probe = ["*"] * len(resolved)
+        probe[index] = resolved[index]
+        try:
+            croniter(" ".join(probe), start_time=0.0, second_at_beginning=True)
+        except _CRONITER_ERRORS:
+            raise ScheduleError(
+                "schedule",
+                f"schedule {expr!r}: the {spec.name} field {fields[index]!r} is not valid; "
+                f"allowed: {spec.allowed}.",
+            ) from None
+    detail = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+    raise ScheduleError(
+        "schedule", f"schedule {expr!r} is not a valid cron expression ({detail})."
+    ) from None
+
+
+def parse_cron(
+    expr: str,
+    *,
+    tz: str = "UTC",
+    key: str | None = None,
+    dst_gap: str = "shift",
+    dst_overlap: str = "first",
+) -> CronSchedule:
+    """Parse and validate a cron schedule; raises ScheduleError naming the bad field.
+
+    `key` is the job identity "tenant/job_id"; it is needed only when the expression uses `H`.
+    """
+    fields = split_fields(expr)
+    zone_timeline = _zone_timeline(tz)
+    gap = parse_dst_gap(dst_gap)
+    overlap = parse_dst_overlap(dst_overlap)
+    if key is not None and not isinstance(key, str):
+        raise ScheduleError("key", f"key must be a string 'tenant/job_id'; got {key!r}.")
+    resolved = resolve_fields(fields, key)
+    matcher = _compile_or_explain(expr, fields, resolved)
+    if matcher.next_at_or_after(_SATISFIABLE_FROM_WALL_S) is None:
+        raise ScheduleError(
+            "schedule",
+            f"schedule {expr!r} matches no date (for example day 30 of February).",
+        )
+    hour_field = fields[2] if len(fields) == 6 else fields[1]
+    return CronSchedule(
+        expression=expr,
+        timezone=tz,
+        key=key,
+        dst_gap=gap,
+        dst_overlap=overlap,
+        resolved=" ".join(resolved),
+        interval=is_interval_hour(hour_field),
+        matcher=matcher,
+        zone_timeline=zone_timeline,
+    )
+
+
+def _zone_timeline(tz: object) -> ZoneTimeline:
+    if not isinstance(tz, str):
+        raise ScheduleError(
+            "timezone", f"timezone must be an IANA zone name such as 'Europe/Berlin'; got {tz!r}."
+        )
+    return timeline(tz)
+
+
+class CronSchedule:
+    """A parsed cron schedule in a zone with its DST policies; evaluation is pure and cheap.
+
+    `evaluation_key` identifies what the schedule computes: jobs whose keys differ but whose
+    `H` fields resolve alike, or interval-style jobs with different (inapplicable) DST
+    policies, share it, which is what lets `ScheduleCache` share results between them.
+    """
+
+    __slots__ = (
+        "_matcher",
+        "_timeline",
+        "dst_gap",
+        "dst_overlap",
+        "evaluation_key",
+        "expression",
+        "interval",
+        "key",
+        "resolved",
+        "timezone",
+    )
+
+    def __init__(
+        self,
+        *,
+        expression: str,
+        timezone: str,
+        key: str | None,
+        dst_gap: DstGap,
+        dst_overlap: DstOverlap,
+        resolved: str,
+        interval: bool,
+        matcher: WallClockMatcher,
+        zone_timeline: ZoneTimeline,
+    ) -> None:
+        self.expression = expression
+        self.timezone = timezone
+        self.key = key
+        self.dst_gap = dst_gap
+        self.dst_overlap = dst_overlap
+        self.resolved = resolved
+        self.interval = interval
+        self._matcher = matcher
+        self._timeline = zone_timeline
+        policies = ("interval", "") if interval else (dst_gap.value, dst_overlap.value)
+        self.evaluation_key: tuple[str, str, str, str] = (resolved, timezone, *policies)
+
+    def __repr__(self) -> str:
+        return (
+            f"CronSchedule({self.expression!r}, tz={self.timezone!r}, key={self.key!r}, "
+            f"resolved={self.resolved!r}, interval={self.interval}, "
+            f"dst_gap={self.dst_gap.value!r}, dst_overlap={self.dst_overlap.value!r})"
+        )
+
+    def next_after(self, after_ms: int) -> int | None:
+        """The first fire instant strictly after `after_ms` (UTC ms), or None if none is left.
+
+        None means no fire within 50 years of local time after `after_ms` (or before the year
+        9000); `after_ms` itself must lie in 1900..8999.
+        """
+        if not MIN_AFTER_MS <= after_ms < MAX_AFTER_MS:
+            raise ValueError(f"after_ms {after_ms} is outside 1900-01-01..9000-01-01 UTC")
+        t = after_ms // 1000  # fires are at whole seconds: strictly after after_ms is > t
+        fixed = not self.interval
+        shift_gaps = fixed and self.dst_gap is DstGap.SHIFT
+        drop_second_copy = fixed and self.dst_overlap is DstOverlap.FIRST
+        drop_first_copy = fixed and self.dst_overlap is DstOverlap.LAST
+        matcher = self._matcher
+        segment = self._timeline.segment_at(t)
+        # The last search's (from, result): a later search from inside that span has the same
+        # answer, which saves a walk when a sparse schedule crosses several segments.
+        known_from, known = 0, -1
+        while True:
+            offset = segment.offset_s
+            start, end = segment.start_s, segment.end_s
+            if shift_gaps and start > t and segment.gap_before:
+                # Wall times in [start + before, start + offset) were skipped by the clock.
+                gap_match = matcher.next_at_or_after(start + segment.before_s)
+                if gap_match is not None and gap_match < start + offset:
+                    return start * 1000
+            # Wall times of this segment that may fire, as [low, high).
+            low = max(t + 1, start) + offset
+            if drop_second_copy and segment.fold_before:
+                low = max(low, start + segment.before_s)
+            high = end + (segment.after_s if drop_first_copy and segment.fold_after else offset)
+            if low < high:
+                if known_from <= low <= known:
+                    found = known
+                else:
+                    match = matcher.next_at_or_after(low)
+                    if match is None:
+                        return None
+                    known_from, known = low, match
+                    found = match
+                if found < high:
+                    return (found - offset) * 1000
+            if end >= MAX_INSTANT_S:
+                return None
+            segment = self._timeline.segment_at(end)
+
+    def iter_after(self, after_ms: int) -> Iterator[int]:
+        """Fire instants strictly after `after_ms` (UTC ms), in increasing order."""
+        current = self.next_after(after_ms)
+        while current is not None:
+            yield current
+            if current >= MAX_AFTER_MS:
+                return
+            current = self.next_after(current)
+
+    def next_n(self, after_ms: int, count: int) -> list[int]:
+        """The next `count` fire instants strictly after `after_ms` (fewer if none are left)."""
+        return list(islice(self.iter_after(after_ms), max(count, 0)))

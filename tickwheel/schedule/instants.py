@@ -1,0 +1,50 @@
+"""One-off instants: ISO-8601 text in, UTC integer milliseconds out, and back for display."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from tickwheel.schedule.errors import ScheduleError
+from tickwheel.schedule.zones import MAX_YEAR, MIN_YEAR
+
+UTC_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+ONE_MS = timedelta(milliseconds=1)
+DISPLAY_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # the CLI's output form, DESIGN §7
+
+
+def parse_instant(text: object, field: str = "at") -> int:
+    """UTC milliseconds of an ISO-8601 instant with `Z` or a UTC offset; ScheduleError(field).
+
+    A timestamp without an offset is rejected rather than guessed: it names a wall time, and
+    which instant that is depends on a zone the text does not give.
+    """
+    example = "for example 2026-12-01T09:00:00Z or 2026-12-01T10:00:00+01:00"
+    if not isinstance(text, str):
+        raise ScheduleError(field, f"{field} must be an ISO-8601 instant string, {example}.")
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ScheduleError(
+            field, f"{field} {text!r} is not an ISO-8601 instant; use {example}."
+        ) from None
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ScheduleError(
+            field,
+            f"{field} {text!r} has no Z or UTC offset, so it names no instant; use {example}.",
+        )
+    utc = moment.astimezone(UTC)
+    if not MIN_YEAR <= utc.year <= MAX_YEAR:
+        raise ScheduleError(
+            field, f"{field} {text!r} must lie between the years {MIN_YEAR} and {MAX_YEAR} (UTC)."
+        )
+    return (utc - UTC_EPOCH) // ONE_MS
+
+
+def parse_at(text: str) -> int:
+    """UTC milliseconds of a one-off job's `at`; raises ScheduleError("at") on bad input."""
+    return parse_instant(text, "at")
+
+
+def format_utc(instant_ms: int) -> str:
+    """`YYYY-MM-DDTHH:MM:SSZ` for UTC milliseconds (any sub-second part is dropped)."""
+    return (UTC_EPOCH + timedelta(milliseconds=instant_ms)).strftime(DISPLAY_FORMAT)
