@@ -229,3 +229,58 @@ def demo() -> None:
     ctx.invoke(dev_up)
     ctx.invoke(db_migrate)
     ctx.invoke(dev_status)
+
+
+# --- tickwheel registry / tenant -----------------------------------------------------------
+
+
+@main.command("registry")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--no-http", is_flag=True, help="Run only the Kafka registration intake.")
+@click.option("--no-intake", is_flag=True, help="Run only the HTTP API.")
+def registry(host: str, port: int, no_http: bool, no_intake: bool) -> None:
+    """Serve the HTTP API and the Kafka registration intake until SIGINT/SIGTERM."""
+    import uvloop
+
+    from tickwheel import logs
+    from tickwheel.registry_api.service import serve
+
+    if no_http and no_intake:
+        fail("--no-http and --no-intake together leave nothing to run", 2)
+    logs.setup()
+    uvloop.run(serve(settings(), host, port, http=not no_http, intake=not no_intake))
+
+
+@main.group()
+def tenant() -> None:
+    """Tenants and their API keys."""
+
+
+@tenant.command("add")
+@click.argument("name")
+def tenant_add(name: str) -> None:
+    """Create tenant NAME; its API key is printed once, as the last line."""
+    import asyncpg
+
+    from tickwheel import db as dbmod
+    from tickwheel.registry_api.store import RegistryStore
+
+    async def go() -> str:
+        pool = await dbmod.create_pool(settings().effective_dsn, min_size=1, max_size=1)
+        try:
+            return await RegistryStore(pool, settings().shards).create_tenant(name)
+        finally:
+            await pool.close()
+
+    import asyncio
+
+    try:
+        key = asyncio.run(go())
+    except asyncpg.PostgresError as exc:
+        err = dbmod.domain_error(exc)
+        fail(str(err) if err else f"cannot create tenant {name!r}: {exc}", 2)
+    except OSError as exc:
+        fail(f"cannot connect to Postgres at {settings().effective_dsn}: {exc}")
+    click.echo(f"tenant {name} created; its API key (shown once):")
+    click.echo(key)

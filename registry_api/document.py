@@ -1,0 +1,283 @@
+"""The job document (DESIGN §7): its shape, its validation, and what it means for the database.
+
+One validation path serves HTTP and Kafka: `JobDocument` checks the shape (pydantic, and it is
+also the OpenAPI schema), `validate_job` adds what needs context — the schedule in its zone, the
+payload size limit, the target allowlist — and yields a `JobSpec`: the normalised document plus
+the columns derived from it. Every problem is a `FieldProblem` naming the field and the allowed
+form; nothing is silently dropped or defaulted away.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tickwheel.schedule import ScheduleCache, ScheduleError, parse_at
+from tickwheel.sharding import shard_of
+
+JOB_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+MAX_ATTEMPTS_LIMIT = 100
+TIMEOUT_LIMIT_MS = 24 * 3600 * 1000  # one day
+BACKOFF_LIMIT_MS = 7 * 24 * 3600 * 1000  # one week
+
+# Registrations often share expressions (and, via H, resolved schedules): parse each once per
+# process. One registry process runs one asyncio loop, which is all the cache asks for.
+SCHEDULES = ScheduleCache()
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Backoff(_Strict):
+    base_ms: int = Field(10_000, ge=0, le=BACKOFF_LIMIT_MS)
+    cap_ms: int = Field(600_000, ge=0, le=BACKOFF_LIMIT_MS)
+
+    @model_validator(mode="after")
+    def _cap_not_below_base(self) -> Backoff:
+        if self.cap_ms < self.base_ms:
+            raise ValueError("cap_ms must be at least base_ms")
+        return self
+
+
+class Misfire(_Strict):
+    policy: Literal["skip", "run_once", "run_all"] = "run_once"
+    grace_ms: int = Field(60_000, ge=0, le=BACKOFF_LIMIT_MS)
+    max_catchup: int = Field(10, ge=1, le=1000)
+
+
+class Dst(_Strict):
+    gap: Literal["shift", "skip"] = "shift"
+    overlap: Literal["first", "last", "both"] = "first"
+
+
+class Target(_Strict):
+    url: str = Field(..., min_length=1, max_length=2048)
+    method: Literal["POST", "PUT", "PATCH"] = "POST"
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class JobDocument(_Strict):
+    """A job as users write it: identical over HTTP and in Kafka registrations."""
+
+    id: str = Field(..., pattern=JOB_ID_PATTERN, description="unique per tenant")
+    schedule: str | None = Field(None, max_length=256, description="cron expression")
+    at: str | None = Field(None, max_length=64, description="one-off ISO-8601 instant")
+    timezone: str = Field("UTC", max_length=64, description="IANA zone name")
+    handler: str | None = Field(None, pattern=HANDLER_PATTERN, max_length=256)
+    target: Target | None = None
+    payload: Any = Field(default_factory=dict)
+    priority: Literal["high", "normal", "low"] = "normal"
+    max_attempts: int = Field(5, ge=1, le=MAX_ATTEMPTS_LIMIT)
+    backoff: Backoff = Field(default_factory=Backoff)  # type: ignore[arg-type]
+    timeout_ms: int = Field(300_000, ge=1, le=TIMEOUT_LIMIT_MS)
+    misfire: Misfire = Field(default_factory=Misfire)  # type: ignore[arg-type]
+    overlap: Literal["allow", "skip", "buffer_one"] = "allow"
+    dst: Dst = Field(default_factory=Dst)
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    field: str  # dotted path in the job document, e.g. "backoff.cap_ms"
+    message: str
+
+    def __str__(self) -> str:
+        # Schedule errors already read "schedule '…': …"; do not name the field twice.
+        if not self.field or self.message.startswith(self.field):
+            return self.message
+        return f"{self.field}: {self.message}"
+
+
+class JobValidationError(ValueError):
+    """A job document that cannot be accepted; `problems` lists every field at fault."""
+
+    def __init__(self, problems: list[FieldProblem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The operator's limits a job document is checked against."""
+
+    payload_limit_bytes: int = 262_144
+    target_allowlist: tuple[str, ...] = ()
+    shards: int = 64
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job: the normalised document and the columns derived from it."""
+
+    tenant: str
+    document: JobDocument
+    shard_id: int
+    # (after_ms, result) of the last next_fire_after: a batch asks the same question twice.
+    _memo: list[tuple[int, int | None]] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def job_id(self) -> str:
+        return self.document.id
+
+    @property
+    def key(self) -> str:
+        return f"{self.tenant}/{self.document.id}"
+
+    @property
+    def kind(self) -> str:
+        return "cron" if self.document.schedule is not None else "once"
+
+    @cached_property
+    def stored_document(self) -> dict[str, Any]:
+        """The document with every default filled in: what is stored and compared."""
+        return self.document.model_dump(mode="json")
+
+    def document_json(self) -> dict[str, Any]:
+        return self.stored_document
+
+    def next_fire_after(self, after_ms: int) -> int | None:
+        """First scheduled instant strictly after `after_ms` (a one-off: its instant, once)."""
+        doc = self.document
+        if doc.at is not None:
+            at_ms = parse_at(doc.at)
+            return at_ms if at_ms > after_ms else None
+        assert doc.schedule is not None
+        return SCHEDULES.next_after(
+            doc.schedule, doc.timezone, self.key, doc.dst.gap, doc.dst.overlap, after_ms
+        )
+
+    def first_run_at(self, now_ms: int) -> int | None:
+        """`next_run_at` of a job created or changed at `now_ms`.
+
+        A one-off instant in the past is kept as it is: the shard leader finds it overdue and
+        applies the job's misfire policy, so a late registration is never silently dropped.
+        """
+        if self.document.at is not None:
+            return parse_at(self.document.at)
+        return self.next_fire_after(now_ms)
+
+
+def _pydantic_problems(exc: ValidationError) -> list[FieldProblem]:
+    problems = []
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"])
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "is not a field of the job document"
+        elif err["type"] == "missing":
+            message = "is required"
+        problems.append(FieldProblem(path, message))
+    return problems
+
+
+def _target_allowed(url: str, allowlist: tuple[str, ...]) -> bool:
+    """Same scheme, host and port as an allowlist entry, and a path below the entry's path."""
+    parts = urlsplit(url)
+    for entry in allowlist:
+        allowed = urlsplit(entry)
+        if (parts.scheme, parts.hostname, parts.port) != (
+            allowed.scheme,
+            allowed.hostname,
+            allowed.port,
+        ):
+            continue
+        base = allowed.path if allowed.path.endswith("/") else allowed.path + "/"
+        if allowed.path in ("", "/") or parts.path == allowed.path or parts.path.startswith(base):
+            return True
+    return False
+
+
+def parse_document(raw: Any) -> JobDocument:
+    """Check the shape of a raw job document (a dict from JSON)."""
+    if not isinstance(raw, dict):
+        raise JobValidationError([FieldProblem("", "a job document must be a JSON object")])
+    try:
+        return JobDocument.model_validate(raw)
+    except ValidationError as exc:
+        raise JobValidationError(_pydantic_problems(exc)) from None
+
+
+def validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) -> JobSpec:
+    """Everything about a document that needs context; raises JobValidationError."""
+    problems: list[FieldProblem] = []
+    key = f"{tenant}/{doc.id}"
+    if (doc.schedule is None) == (doc.at is None):
+        raise JobValidationError(
+            [
+                FieldProblem(
+                    "schedule", "give exactly one of 'schedule' (cron) and 'at' (one-off instant)"
+                )
+            ]
+        )
+    if (doc.handler is None) == (doc.target is None):
+        problems.append(FieldProblem("handler", "give exactly one of 'handler' and 'target'"))
+    if doc.schedule is not None:
+        try:
+            upcoming = SCHEDULES.next_after(
+                doc.schedule, doc.timezone, key, doc.dst.gap, doc.dst.overlap, now_ms
+            )
+            if upcoming is None:
+                problems.append(FieldProblem("schedule", "has no future occurrence"))
+        except ScheduleError as exc:
+            problems.append(FieldProblem(exc.field, exc.message))
+    else:
+        assert doc.at is not None
+        try:
+            parse_at(doc.at)
+        except ScheduleError as exc:
+            problems.append(FieldProblem("at", exc.message))
+        try:
+            SCHEDULES.schedule("0 0 * * *", tz=doc.timezone)  # one-offs need a valid zone too
+        except ScheduleError as exc:
+            problems.append(FieldProblem(exc.field, exc.message))
+    size = len(orjson.dumps(doc.payload))
+    if size > limits.payload_limit_bytes:
+        problems.append(
+            FieldProblem(
+                "payload", f"is {size} bytes of JSON; the limit is {limits.payload_limit_bytes}"
+            )
+        )
+    if doc.target is not None:
+        parts = urlsplit(doc.target.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            problems.append(FieldProblem("target.url", "must be an absolute http(s) URL"))
+        elif not _target_allowed(doc.target.url, limits.target_allowlist):
+            problems.append(
+                FieldProblem(
+                    "target.url",
+                    "is not in the operator's target allowlist (TICKWHEEL_TARGET_ALLOWLIST)",
+                )
+            )
+    if problems:
+        raise JobValidationError(problems)
+    spec = JobSpec(tenant=tenant, document=doc, shard_id=shard_of(tenant, doc.id, limits.shards))
+    if doc.schedule is not None:
+        spec._memo.append((now_ms, upcoming))
+    return spec
+
+
+def spec_from_stored(tenant: str, document: dict[str, Any], shards: int) -> JobSpec:
+    """Rebuild the spec of a stored (already validated) document without re-checking limits."""
+    doc = JobDocument.model_validate(document)
+    return JobSpec(tenant=tenant, document=doc, shard_id=shard_of(tenant, doc.id, shards))
+
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+ONE_MS = dt.timedelta(milliseconds=1)
+
+
+def ms_to_datetime(ms: int | None) -> dt.datetime | None:
+    """Exact (integer arithmetic, no float rounding)."""
+    return None if ms is None else EPOCH + ms * ONE_MS
+
+
+def datetime_to_ms(value: dt.datetime | None) -> int | None:
+    """Exact for any aware datetime; sub-millisecond parts are floored."""
+    return None if value is None else (value - EPOCH) // ONE_MS

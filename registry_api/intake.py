@@ -1,0 +1,236 @@
+"""The registration intake: `<prefix>.registrations` → Postgres, rejects → `….rejected`.
+
+One loop iteration handles one batch (up to `intake_batch` messages) in this order, which is
+what makes a crash at any point lose nothing and apply nothing twice in effect (I5, I7):
+
+    1. decode and validate every message; a bad one becomes a rejection, a good one an `Op`
+       carrying its source (partition, offset);
+    2. apply all ops in one database transaction (store.apply): per-job order is the topic's
+       order, and a job remembers the position of the last message applied to it, so a
+       redelivered message is a no-op (`replay`);
+    3. publish the rejections (including ops the database refused: unknown job, conflict) and
+       wait until the broker has acknowledged every one;
+    4. only then store the batch's offsets; the consumer commits stored offsets in the
+       background (tickwheel/kafka.py), never per message synchronously.
+
+A crash before 4 redelivers the batch: step 2 is then a no-op for what was applied, and step 3
+may publish a rejection again (the rejected topic is at-least-once; its `source` position
+identifies duplicates). A failing database or broker makes the loop seek back to the batch's
+first offsets and retry with backoff, so nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from tickwheel.envelopes import EnvelopeError, Registration, Rejection
+from tickwheel.faults import crash_point
+from tickwheel.registry_api.document import (
+    JobValidationError,
+    Limits,
+    parse_document,
+    validate_job,
+)
+from tickwheel.registry_api.state import Op, Outcome
+from tickwheel.registry_api.store import RegistryStore
+
+log = logging.getLogger("tickwheel.registry.intake")
+
+POLL_TIMEOUT_S = 0.5
+# After the first message arrives, keep collecting for up to this long to fill the batch: a
+# transaction per few messages would cost more than the wait.
+BATCH_LINGER_S = 0.05
+DELIVERY_TIMEOUT_S = 30.0
+RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # seconds, then stays at the last
+REFUSED = {Outcome.NOT_FOUND: "no such job", Outcome.CONFLICT: "not allowed in the job's status"}
+
+
+@dataclass
+class BatchReport:
+    """What one batch did, for metrics, logs and tests."""
+
+    messages: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    rejected: int = 0
+
+
+@dataclass(frozen=True)
+class _Rejected:
+    message: Message
+    reason: str
+
+
+class RegistrationIntake:
+    """Consumes registrations; owns its consumer and the producer of rejections."""
+
+    def __init__(
+        self,
+        store: RegistryStore,
+        limits: Limits,
+        consumer: Consumer,
+        producer: Producer,
+        registrations_topic: str,
+        rejected_topic: str,
+        batch_size: int,
+    ) -> None:
+        self.store = store
+        self.limits = limits
+        self.consumer = consumer
+        self.producer = producer
+        self.rejected_topic = rejected_topic
+        self.batch_size = batch_size
+        self.consumer.subscribe([registrations_topic])
+        # confluent-kafka calls block; one thread keeps every consumer call on one thread.
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-kafka")
+
+    async def _kafka(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        failures = 0
+        while not stop.is_set():
+            messages = await self._kafka(self._consume_batch)
+            if not messages:
+                continue
+            try:
+                report = await self.process(messages)
+                failures = 0
+                log.info("registrations batch", extra={"batch": report.__dict__})
+            except Exception:
+                log.exception("registration batch failed; rewinding to retry it")
+                await self._kafka(self._rewind, messages)
+                await asyncio.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S) - 1)])
+                failures += 1
+
+    async def close(self) -> None:
+        # close() commits the stored offsets (and only those) and leaves the group.
+        await self._kafka(self.consumer.close)
+        self._io.shutdown(wait=True)
+
+    async def process(self, messages: Sequence[Message]) -> BatchReport:
+        """Steps 1 to 4 of the module docstring for one batch."""
+        report = BatchReport(messages=len(messages))
+        ops: list[Op] = []
+        op_messages: list[Message] = []
+        rejected: list[_Rejected] = []
+        registrations: list[tuple[Message, Registration]] = []
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise RuntimeError(f"consumer error: {err}")
+            try:
+                registrations.append((msg, Registration.decode(msg.value() or b"")))
+            except EnvelopeError as exc:
+                rejected.append(_Rejected(msg, str(exc)))
+        known = await self.store.existing_tenants([r.tenant for _, r in registrations])
+        now = self.store.clock()
+        for msg, reg in registrations:
+            try:
+                ops.append(self._op(msg, reg, known, now))
+                op_messages.append(msg)
+            except (EnvelopeError, JobValidationError) as exc:
+                rejected.append(_Rejected(msg, str(exc)))
+        if ops:
+            for msg, applied in zip(op_messages, await self.store.apply(ops), strict=True):
+                outcome = applied.outcome
+                report.outcomes[outcome.value] = report.outcomes.get(outcome.value, 0) + 1
+                if outcome in REFUSED:
+                    op = applied.op
+                    rejected.append(
+                        _Rejected(msg, f"{op.kind} of job {op.job_id!r}: {REFUSED[outcome]}")
+                    )
+        crash_point("intake_after_db")
+        if rejected:
+            await self._kafka(self._publish_rejections, rejected)
+            report.rejected = len(rejected)
+        crash_point("intake_before_offsets")
+        await self._kafka(self._store_offsets, messages)
+        return report
+
+    def _op(self, msg: Message, reg: Registration, known: set[str], now_ms: int) -> Op:
+        if reg.tenant not in known:
+            raise EnvelopeError(f"tenant {reg.tenant!r} does not exist")
+        source = (msg.partition() or 0, msg.offset() or 0)
+        if reg.op == "upsert":
+            doc = parse_document(reg.job)
+            spec = validate_job(reg.tenant, doc, self.limits, now_ms)
+            return Op("upsert", reg.tenant, doc.id, spec=spec, version=reg.version, source=source)
+        assert reg.id is not None
+        return Op(reg.op, reg.tenant, reg.id, version=reg.version, source=source)
+
+    # Kafka side (runs on the intake thread) ----------------------------------------------------
+
+    def _consume_batch(self) -> list[Message]:
+        messages: list[Message] = self.consumer.consume(self.batch_size, POLL_TIMEOUT_S)
+        deadline = time.monotonic() + BATCH_LINGER_S
+        while messages and len(messages) < self.batch_size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            more = self.consumer.consume(self.batch_size - len(messages), left)
+            if not more:
+                break
+            messages.extend(more)
+        return messages
+
+    def _publish_rejections(self, rejected: list[_Rejected]) -> None:
+        failures: list[str] = []
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        for item in rejected:
+            msg = item.message
+            body = Rejection(
+                reason=item.reason,
+                partition=msg.partition() or 0,
+                offset=msg.offset() or 0,
+                original=msg.value() or b"",
+            )
+            self.producer.produce(
+                self.rejected_topic, key=msg.key(), value=body.encode(), on_delivery=on_delivery
+            )
+            self.producer.poll(0)
+        remaining = self.producer.flush(DELIVERY_TIMEOUT_S)
+        if remaining or failures:
+            raise RuntimeError(
+                f"rejections not acknowledged: {remaining} pending, failures: {failures[:3]}"
+            )
+
+    def _store_offsets(self, messages: Sequence[Message]) -> None:
+        last: dict[tuple[str, int], int] = {}
+        for msg in messages:
+            if msg.error() is None:
+                key = (msg.topic() or "", msg.partition() or 0)
+                last[key] = max(last.get(key, -1), msg.offset() or 0)
+        offsets = [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
+        if offsets:
+            try:
+                self.consumer.store_offsets(offsets=offsets)
+            except Exception:
+                # The partition was revoked meanwhile; its new owner redelivers from the last
+                # committed offset and the job positions make that a no-op.
+                log.warning("could not store offsets (partition revoked?)", exc_info=True)
+
+    def _rewind(self, messages: Sequence[Message]) -> None:
+        first: dict[tuple[str, int], int] = {}
+        for msg in messages:
+            if msg.error() is None:
+                key = (msg.topic() or "", msg.partition() or 0)
+                first[key] = min(first.get(key, msg.offset() or 0), msg.offset() or 0)
+        for (topic, partition), offset in first.items():
+            try:
+                self.consumer.seek(TopicPartition(topic, partition, offset))
+            except Exception:
+                log.warning("could not rewind %s[%d]", topic, partition, exc_info=True)

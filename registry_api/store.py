@@ -1,0 +1,239 @@
+"""The registry's Postgres side: apply batches of operations, read jobs and runs, tenants and keys.
+
+A batch — one HTTP request, or one poll of the registration topic — is one transaction: lock
+the batch's existing rows, fold its operations through `state.apply` in order, write every
+changed job once (`jobs_write_batch`), commit. Per-job order is the order of `ops`; jobs do not
+wait on each other beyond their row locks. Two writers creating the same new job at once: the
+loser's insert finds the row and the whole batch is retried against the winner's row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import orjson
+
+from tickwheel.queries import QUERIES
+from tickwheel.registry_api.document import JobSpec, spec_from_stored
+from tickwheel.registry_api.state import Op, Outcome, StoredJob, apply
+
+WRITE_RETRIES = 3
+API_KEY_PREFIX = "tw_"
+PAGE_LIMIT_MAX = 500
+
+
+def now_ms() -> int:
+    return (dt.datetime.now(dt.UTC) - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(
+        milliseconds=1
+    )
+
+
+@dataclass(frozen=True)
+class Applied:
+    op: Op
+    outcome: Outcome
+    job: StoredJob | None
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job as the API returns it: the document plus registry fields."""
+
+    document: dict[str, Any]
+    status: str
+    version: int
+    next_run_at: int | None  # ms
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class RunView:
+    run_key: str
+    scheduled_at: int  # ms
+    status: str
+    attempt: int
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    last_error: str | None
+
+
+class _ConcurrentCreate(Exception):
+    """Another writer created one of this batch's new jobs first."""
+
+
+def hash_key(api_key: str) -> bytes:
+    return hashlib.sha256(api_key.encode()).digest()
+
+
+def _row_record(job: StoredJob, spec: JobSpec, expected_version: int | None) -> dict[str, Any]:
+    doc = spec.document
+    return {
+        "tenant": job.tenant,
+        "job_id": job.job_id,
+        "shard_id": spec.shard_id,
+        "kind": spec.kind,
+        "schedule": doc.schedule,
+        "run_at": spec.first_run_at(0) if doc.at is not None else None,
+        "timezone": doc.timezone,
+        "handler": doc.handler,
+        "target": doc.target.model_dump() if doc.target is not None else None,
+        "payload": doc.payload,
+        "priority": doc.priority,
+        "max_attempts": doc.max_attempts,
+        "backoff_base_ms": doc.backoff.base_ms,
+        "backoff_cap_ms": doc.backoff.cap_ms,
+        "timeout_ms": doc.timeout_ms,
+        "misfire_policy": doc.misfire.policy,
+        "misfire_grace_ms": doc.misfire.grace_ms,
+        "misfire_max_catchup": doc.misfire.max_catchup,
+        "overlap_policy": doc.overlap,
+        "dst_gap": doc.dst.gap,
+        "dst_overlap": doc.dst.overlap,
+        "status": job.status,
+        "next_run_at": job.next_run_at,
+        "version": job.version,
+        "document": job.document,
+        "intake_partition": job.intake_partition,
+        "intake_offset": job.intake_offset,
+        "expected_version": expected_version,
+    }
+
+
+class RegistryStore:
+    def __init__(self, pool: asyncpg.Pool, shards: int, clock: Callable[[], int] = now_ms) -> None:
+        self.pool = pool
+        self.shards = shards
+        self.clock = clock
+
+    def _spec_of(self, job: StoredJob) -> JobSpec:
+        return job.spec or spec_from_stored(job.tenant, job.document, self.shards)
+
+    async def apply(self, ops: Sequence[Op]) -> list[Applied]:
+        """Apply `ops` in order in one transaction; returns one `Applied` per op."""
+        for attempt in range(WRITE_RETRIES):
+            try:
+                return await self._apply_once(ops)
+            except _ConcurrentCreate:
+                if attempt == WRITE_RETRIES - 1:
+                    raise RuntimeError("job creation kept racing with another writer") from None
+        raise AssertionError("unreachable")
+
+    async def _apply_once(self, ops: Sequence[Op]) -> list[Applied]:
+        keys = list(dict.fromkeys(op.key for op in ops))
+        now = self.clock()
+        async with self.pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(
+                QUERIES["jobs_lock_batch"], [k[0] for k in keys], [k[1] for k in keys]
+            )
+            loaded = {
+                (r["tenant"], r["job_id"]): StoredJob(
+                    r["tenant"],
+                    r["job_id"],
+                    orjson.loads(r["document"]),
+                    r["status"],
+                    r["version"],
+                    r["next_run_at"],
+                    r["intake_partition"],
+                    r["intake_offset"],
+                )
+                for r in rows
+            }
+            state: dict[tuple[str, str], StoredJob] = dict(loaded)
+            results = []
+            for op in ops:
+                new, outcome = apply(state.get(op.key), op, now, resume_from=self._spec_of)
+                if outcome.changed and new is not None:
+                    state[op.key] = new
+                results.append(Applied(op, outcome, new))
+            records = [
+                _row_record(job, self._spec_of(job), loaded[key].version if key in loaded else None)
+                for key, job in state.items()
+                if job is not loaded.get(key)
+            ]
+            if records:
+                written = await conn.fetch(
+                    QUERIES["jobs_write_batch"], orjson.dumps(records).decode()
+                )
+                if len(written) != len(records):
+                    raise _ConcurrentCreate
+        return results
+
+    # reads ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _view(row: asyncpg.Record) -> JobView:
+        return JobView(
+            orjson.loads(row["document"]),
+            row["status"],
+            row["version"],
+            row["next_run_at"],
+            row["created_at"],
+            row["updated_at"],
+        )
+
+    async def get(self, tenant: str, job_id: str) -> JobView | None:
+        row = await self.pool.fetchrow(QUERIES["job_get"], tenant, job_id)
+        return None if row is None else self._view(row)
+
+    async def list_jobs(
+        self,
+        tenant: str,
+        *,
+        after: str | None,
+        limit: int,
+        status: str | None = None,
+        priority: str | None = None,
+        kind: str | None = None,
+    ) -> tuple[list[JobView], str | None]:
+        """A page of jobs in id order and the id to continue after (None: last page)."""
+        rows = await self.pool.fetch(
+            QUERIES["jobs_list"], tenant, after, status, priority, kind, limit + 1
+        )
+        page = [self._view(r) for r in rows[:limit]]
+        more = len(rows) > limit
+        return page, (page[-1].document["id"] if more and page else None)
+
+    async def runs(
+        self, tenant: str, job_id: str, *, before_ms: int | None, limit: int
+    ) -> tuple[list[RunView], int | None]:
+        """A page of a job's runs, newest first, and the instant to continue before."""
+        rows = await self.pool.fetch(QUERIES["job_runs_page"], tenant, job_id, before_ms, limit + 1)
+        page = [
+            RunView(
+                f"{r['tenant']}/{r['job_id']}@{r['scheduled_at']}",
+                r["scheduled_at"],
+                r["status"],
+                r["attempt"],
+                r["started_at"],
+                r["finished_at"],
+                r["last_error"] or r["skip_reason"],
+            )
+            for r in rows[:limit]
+        ]
+        more = len(rows) > limit
+        return page, (page[-1].scheduled_at if more and page else None)
+
+    # tenants ----------------------------------------------------------------------------------
+
+    async def create_tenant(self, name: str) -> str:
+        """Create a tenant and its first API key; the key is returned once, stored hashed."""
+        api_key = API_KEY_PREFIX + secrets.token_urlsafe(32)
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(QUERIES["tenant_insert"], name)
+            await conn.execute(QUERIES["api_key_insert"], hash_key(api_key), api_key[:10], name)
+        return api_key
+
+    async def tenant_for_key(self, api_key: str) -> str | None:
+        tenant: str | None = await self.pool.fetchval(QUERIES["tenant_by_key"], hash_key(api_key))
+        return tenant
+
+    async def existing_tenants(self, names: Sequence[str]) -> set[str]:
+        rows = await self.pool.fetch(QUERIES["tenants_existing"], list(set(names)))
+        return {r["name"] for r in rows}

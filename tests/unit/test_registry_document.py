@@ -1,0 +1,131 @@
+"""Job documents: one validation for HTTP and Kafka, every problem named by its field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tickwheel.registry_api.document import (
+    JobValidationError,
+    Limits,
+    datetime_to_ms,
+    ms_to_datetime,
+    parse_document,
+    validate_job,
+)
+from tickwheel.sharding import shard_of
+
+pytestmark = pytest.mark.unit
+
+NOW = 1_800_000_000_000
+BASE: dict[str, Any] = {
+    "id": "invoice-42",
+    "schedule": "0 9 * * MON-FRI",
+    "timezone": "Europe/Berlin",
+    "handler": "billing.send_invoice",
+}
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def _problems(doc: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> dict[str, str]:
+    with pytest.raises(JobValidationError) as caught:
+        validate_job("acme", parse_document(doc), limits, NOW)
+    return {p.field: p.message for p in caught.value.problems}
+
+
+def test_defaults_are_filled_in() -> None:
+    """a minimal document gets every default of DESIGN §7"""
+    spec = validate_job("acme", parse_document(BASE), Limits(), NOW)
+    doc = spec.document_json()
+    assert doc["priority"] == "normal" and doc["max_attempts"] == 5
+    assert doc["backoff"] == {"base_ms": 10_000, "cap_ms": 600_000}
+    assert doc["misfire"] == {"policy": "run_once", "grace_ms": 60_000, "max_catchup": 10}
+    assert doc["overlap"] == "allow" and doc["dst"] == {"gap": "shift", "overlap": "first"}
+    assert spec.shard_id == shard_of("acme", "invoice-42", 64)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"colour": "red"}, "colour"),
+        ({"id": "has space"}, "id"),
+        ({"priority": "urgent"}, "priority"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"max_attempts": "5"}, "max_attempts"),
+        ({"backoff": {"base_ms": 10, "cap_ms": 5}}, "backoff"),
+        ({"misfire": {"policy": "sometimes"}}, "misfire.policy"),
+        ({"dst": {"gap": "wrap"}}, "dst.gap"),
+        ({"overlap": "queue"}, "overlap"),
+        ({"target": {"url": "https://x.test/", "extra": 1}}, "target.extra"),
+    ],
+)
+def test_shape_errors_name_the_field(change: dict[str, Any], field: str) -> None:
+    """a badly shaped document names the field at fault"""
+    with pytest.raises(JobValidationError) as caught:
+        parse_document({**BASE, **change})
+    assert field in {p.field for p in caught.value.problems}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"schedule": "61 * * * *"}, "schedule"),
+        ({"timezone": "Mars/Olympus"}, "timezone"),
+        ({"schedule": None, "at": "2027-01-01T09:00:00"}, "at"),
+        ({"schedule": None}, "schedule"),
+        ({"at": "2027-01-01T09:00:00Z"}, "schedule"),
+        ({"handler": None}, "handler"),
+        ({"target": {"url": "https://hooks.test/x"}}, "handler"),
+    ],
+)
+def test_context_errors_name_the_field(change: dict[str, Any], field: str) -> None:
+    """schedule, zone, instant and the exactly-one-of pairs are checked with a named field"""
+    assert field in _problems({**BASE, **change})
+
+
+def test_payload_limit() -> None:
+    """a payload over the configured limit is refused with its size and the limit"""
+    problems = _problems({**BASE, "payload": {"blob": "x" * 200}}, Limits(payload_limit_bytes=100))
+    assert "limit is 100" in problems["payload"]
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://hooks.acme.test/jobs/run", True),
+        ("https://hooks.acme.test/jobs", True),
+        ("https://hooks.acme.test/jobsx", False),
+        ("https://hooks.acme.test.evil.test/jobs/run", False),
+        ("http://hooks.acme.test/jobs/run", False),
+        ("https://hooks.acme.test:8443/jobs/run", False),
+        ("https://other.test/", False),
+    ],
+)
+def test_target_allowlist(url: str, allowed: bool) -> None:
+    """targets must share scheme, host and port with an entry and lie below its path"""
+    limits = Limits(target_allowlist=("https://hooks.acme.test/jobs",))
+    doc = {**BASE, "handler": None, "target": {"url": url}}
+    if allowed:
+        validate_job("acme", parse_document(doc), limits, NOW)
+    else:
+        assert "target.url" in _problems(doc, limits)
+
+
+def test_one_off_in_the_past_keeps_its_instant() -> None:
+    """a late one-off registration is kept (the misfire policy decides), not dropped"""
+    spec = validate_job(
+        "acme",
+        parse_document({"id": "late", "at": "2020-01-01T00:00:00Z", "handler": "h.x"}),
+        Limits(),
+        NOW,
+    )
+    assert spec.first_run_at(NOW) == 1_577_836_800_000
+
+
+def test_millisecond_conversions_are_exact() -> None:
+    """ms ↔ datetime conversions lose nothing, far from the epoch too"""
+    for ms in (0, 1, 1_800_000_000_123, 253_402_300_799_999, -1):
+        assert datetime_to_ms(ms_to_datetime(ms)) == ms

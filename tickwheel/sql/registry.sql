@@ -1,0 +1,127 @@
+-- The registry's queries (registry_api/store.py). Times cross this boundary as integer
+-- milliseconds since the epoch, converted exactly with interval arithmetic.
+
+-- jobs_lock_batch --
+-- The current rows of a batch's jobs, locked until the batch's transaction ends.
+SELECT j.tenant, j.job_id, j.document, j.status, j.version,
+       (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
+       j.intake_partition, j.intake_offset
+FROM jobs j
+JOIN unnest($1::text[], $2::text[]) AS k(tenant, job_id)
+  ON j.tenant = k.tenant AND j.job_id = k.job_id
+ORDER BY j.tenant, j.job_id
+FOR UPDATE OF j
+
+-- jobs_write_batch --
+-- Write each changed job once: existing rows are updated (their lock is held, so the version
+-- we read is still theirs), new rows are inserted unless a concurrent writer created the same
+-- job first — then that row is missing from the result and the caller retries the batch.
+WITH r AS (
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(
+        tenant text, job_id text, shard_id integer, kind text, schedule text, run_at bigint,
+        timezone text, handler text, target jsonb, payload jsonb, priority text,
+        max_attempts integer, backoff_base_ms bigint, backoff_cap_ms bigint, timeout_ms bigint,
+        misfire_policy text, misfire_grace_ms bigint, misfire_max_catchup integer,
+        overlap_policy text, dst_gap text, dst_overlap text, status text, next_run_at bigint,
+        version bigint, document jsonb, intake_partition integer, intake_offset bigint,
+        expected_version bigint)
+), updated AS (
+    UPDATE jobs j SET
+        shard_id = r.shard_id, kind = r.kind, schedule = r.schedule,
+        run_at = 'epoch'::timestamptz + r.run_at * interval '1 millisecond',
+        timezone = r.timezone, handler = r.handler, target = r.target, payload = r.payload,
+        priority = r.priority, max_attempts = r.max_attempts,
+        backoff_base_ms = r.backoff_base_ms, backoff_cap_ms = r.backoff_cap_ms,
+        timeout_ms = r.timeout_ms, misfire_policy = r.misfire_policy,
+        misfire_grace_ms = r.misfire_grace_ms, misfire_max_catchup = r.misfire_max_catchup,
+        overlap_policy = r.overlap_policy, dst_gap = r.dst_gap, dst_overlap = r.dst_overlap,
+        status = r.status,
+        next_run_at = 'epoch'::timestamptz + r.next_run_at * interval '1 millisecond',
+        version = r.version, document = r.document,
+        intake_partition = r.intake_partition, intake_offset = r.intake_offset
+    FROM r
+    WHERE r.expected_version IS NOT NULL
+      AND j.tenant = r.tenant AND j.job_id = r.job_id AND j.version = r.expected_version
+    RETURNING j.tenant, j.job_id
+), inserted AS (
+    INSERT INTO jobs (tenant, job_id, shard_id, kind, schedule, run_at, timezone, handler,
+                      target, payload, priority, max_attempts, backoff_base_ms, backoff_cap_ms,
+                      timeout_ms, misfire_policy, misfire_grace_ms, misfire_max_catchup,
+                      overlap_policy, dst_gap, dst_overlap, status, next_run_at, version,
+                      document, intake_partition, intake_offset)
+    SELECT r.tenant, r.job_id, r.shard_id, r.kind, r.schedule,
+           'epoch'::timestamptz + r.run_at * interval '1 millisecond',
+           r.timezone, r.handler, r.target, r.payload, r.priority, r.max_attempts,
+           r.backoff_base_ms, r.backoff_cap_ms, r.timeout_ms, r.misfire_policy,
+           r.misfire_grace_ms, r.misfire_max_catchup, r.overlap_policy, r.dst_gap,
+           r.dst_overlap, r.status,
+           'epoch'::timestamptz + r.next_run_at * interval '1 millisecond',
+           r.version, r.document, r.intake_partition, r.intake_offset
+    FROM r
+    WHERE r.expected_version IS NULL
+    ON CONFLICT (tenant, job_id) DO NOTHING
+    RETURNING tenant, job_id
+)
+SELECT tenant, job_id FROM updated
+UNION ALL
+SELECT tenant, job_id FROM inserted
+
+-- job_get --
+SELECT tenant, job_id, document, status, version, shard_id,
+       (extract(epoch FROM next_run_at) * 1000)::bigint AS next_run_at,
+       created_at, updated_at
+FROM jobs
+WHERE tenant = $1 AND job_id = $2 AND status <> 'deleted'
+
+-- jobs_list --
+-- One page of a tenant's jobs in id order, after the cursor (the last id of the previous page).
+SELECT tenant, job_id, document, status, version, shard_id,
+       (extract(epoch FROM next_run_at) * 1000)::bigint AS next_run_at,
+       created_at, updated_at
+FROM jobs
+WHERE tenant = $1
+  AND job_id > coalesce($2::text, '')
+  AND (CASE WHEN $3::text IS NULL THEN status <> 'deleted' ELSE status = $3::text END)
+  AND ($4::text IS NULL OR priority = $4::text)
+  AND ($5::text IS NULL OR kind = $5::text)
+ORDER BY job_id
+LIMIT $6
+
+-- job_runs_page --
+-- One page of a job's runs, newest first, before the cursor (scheduled_at in ms).
+SELECT tenant, job_id,
+       (extract(epoch FROM scheduled_at) * 1000)::bigint AS scheduled_at,
+       status, attempt, started_at, finished_at, last_error, skip_reason
+FROM job_runs
+WHERE tenant = $1 AND job_id = $2
+  AND ($3::bigint IS NULL
+       OR scheduled_at < 'epoch'::timestamptz + $3::bigint * interval '1 millisecond')
+ORDER BY scheduled_at DESC
+LIMIT $4
+
+-- feed_position --
+-- Step 1 of a change-feed poll (docs/CHANGE_FEED.md): the xmin of a snapshot taken before the
+-- read below; the lower bound to pass to the next poll.
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS since
+
+-- jobs_changed_since --
+-- Step 2: every job of a shard written by a transaction not yet committed when the previous
+-- poll's position was taken. Rows may repeat across polls; (job, version) identifies a change.
+SELECT j.tenant, j.job_id, j.status, j.version,
+       (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
+       j.change_xid::text AS change_xid
+FROM jobs j
+WHERE j.shard_id = $1 AND j.change_xid >= $2::text::xid8
+ORDER BY j.change_xid
+
+-- tenant_insert --
+INSERT INTO tenants (name) VALUES ($1)
+
+-- api_key_insert --
+INSERT INTO api_keys (key_hash, prefix, tenant) VALUES ($1, $2, $3)
+
+-- tenant_by_key --
+SELECT k.tenant FROM api_keys k WHERE k.key_hash = $1 AND k.revoked_at IS NULL
+
+-- tenants_existing --
+SELECT name FROM tenants WHERE name = ANY($1::text[])
