@@ -224,11 +224,16 @@ def topics_create(partitions: int | None, replication: int | None) -> None:
 
 @main.command("demo")
 def demo() -> None:
-    """End to end on the local stack: stack up, schema migrated, status of every service."""
+    """End to end on the local stack: stack, schema, registry over HTTP and Kafka."""
+    from tickwheel.demo import run
+
     ctx = click.get_current_context()
     ctx.invoke(dev_up)
     ctx.invoke(db_migrate)
-    ctx.invoke(dev_status)
+    try:
+        run(settings(), say=click.echo)
+    except RuntimeError as exc:
+        fail(str(exc))
 
 
 # --- tickwheel registry / tenant -----------------------------------------------------------
