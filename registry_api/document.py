@@ -10,13 +10,14 @@ form; nothing is silently dropped or defaulted away.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from tickwheel.schedule import ScheduleCache, ScheduleError, parse_at
 from tickwheel.sharding import shard_of
@@ -40,11 +41,14 @@ class Backoff(_Strict):
     base_ms: int = Field(10_000, ge=0, le=BACKOFF_LIMIT_MS)
     cap_ms: int = Field(600_000, ge=0, le=BACKOFF_LIMIT_MS)
 
-    @model_validator(mode="after")
-    def _cap_not_below_base(self) -> Backoff:
-        if self.cap_ms < self.base_ms:
-            raise ValueError("cap_ms must be at least base_ms")
-        return self
+    @field_validator("cap_ms")
+    @classmethod
+    def _cap_not_below_base(cls, cap_ms: int, info: ValidationInfo) -> int:
+        # A field validator, so the error's path is backoff.cap_ms (base_ms is validated first).
+        base_ms = info.data.get("base_ms")
+        if base_ms is not None and cap_ms < base_ms:
+            raise ValueError(f"must be at least base_ms ({base_ms})")
+        return cap_ms
 
 
 class Misfire(_Strict):
@@ -204,9 +208,65 @@ def parse_document(raw: Any) -> JobDocument:
         raise JobValidationError(_pydantic_problems(exc)) from None
 
 
+JSON_MAX_DEPTH = 64  # nesting levels a document may have (orjson itself stops at 255)
+INT64_MIN, UINT64_MAX = -(2**63), 2**64 - 1  # the integers orjson can write
+
+
+def _string_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "contains the NUL character (\\u0000), which cannot be stored"
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            return "contains a lone UTF-16 surrogate (e.g. \\ud800), which is not Unicode text"
+    return None
+
+
+def storable_problems(value: Any, path: str = "") -> list[FieldProblem]:
+    """What in a JSON value the store cannot write as it is (Postgres jsonb, orjson)."""
+    problems: list[FieldProblem] = []
+    # Iterative, so a hostile nesting depth costs no Python recursion.
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    while stack and len(problems) < 10:
+        item, where, depth = stack.pop()
+        if depth > JSON_MAX_DEPTH:
+            problems.append(FieldProblem(where, f"nests deeper than {JSON_MAX_DEPTH} levels"))
+        elif isinstance(item, str):
+            if (message := _string_problem(item)) is not None:
+                problems.append(FieldProblem(where, message))
+        elif isinstance(item, bool) or item is None:
+            pass
+        elif isinstance(item, int):
+            if not INT64_MIN <= item <= UINT64_MAX:
+                problems.append(FieldProblem(where, "is an integer outside the 64-bit range"))
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                problems.append(FieldProblem(where, "must be a finite number (JSON has no NaN)"))
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if (message := _string_problem(str(key))) is not None:
+                    problems.append(FieldProblem(where, f"has a key that {message}"))
+                stack.append((child, f"{where}.{key}" if where else str(key), depth + 1))
+        elif isinstance(item, list):
+            stack.extend(
+                (child, f"{where}.{i}" if where else str(i), depth + 1)
+                for i, child in enumerate(item)
+            )
+    return problems
+
+
 def validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) -> JobSpec:
     """Everything about a document that needs context; raises JobValidationError."""
-    problems: list[FieldProblem] = []
+    # First what the store could not write: these would fail the whole batch's transaction
+    # (or orjson.dumps below) instead of rejecting the one document.
+    problems = storable_problems(doc.model_dump(exclude={"payload"}))
+    problems += storable_problems(doc.payload, "payload")
+    if doc.payload is None:
+        # jsonb_to_recordset turns a JSON null into SQL NULL, which jobs.payload refuses.
+        problems.append(FieldProblem("payload", "must not be null; leave it out for {}"))
+    if problems:
+        raise JobValidationError(problems)
     key = f"{tenant}/{doc.id}"
     if (doc.schedule is None) == (doc.at is None):
         raise JobValidationError(
@@ -245,8 +305,16 @@ def validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) -> 
             )
         )
     if doc.target is not None:
-        parts = urlsplit(doc.target.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urlsplit(doc.target.url)
+        except ValueError:  # e.g. an unclosed IPv6 bracket
+            parts = urlsplit("")
+        try:
+            _ = parts.port  # raises for a port out of range or not a number
+            valid_url = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            valid_url = False
+        if not valid_url:
             problems.append(FieldProblem("target.url", "must be an absolute http(s) URL"))
         elif not _target_allowed(doc.target.url, limits.target_allowlist):
             problems.append(

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from tickwheel.envelopes import EnvelopeError, Registration, Rejection
@@ -40,7 +41,7 @@ from tickwheel.registry_api.document import (
     validate_job,
 )
 from tickwheel.registry_api.state import Op, Outcome
-from tickwheel.registry_api.store import RegistryStore
+from tickwheel.registry_api.store import Applied, RegistryStore
 
 log = logging.getLogger("tickwheel.registry.intake")
 
@@ -51,6 +52,9 @@ BATCH_LINGER_S = 0.05
 DELIVERY_TIMEOUT_S = 30.0
 RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # seconds, then stays at the last
 REFUSED = {Outcome.NOT_FOUND: "no such job", Outcome.CONFLICT: "not allowed in the job's status"}
+# SQLSTATE classes that mean "this data", not "this moment": data exception, integrity
+# violation, program limit. A batch failing so is applied op by op to isolate the culprit.
+DATA_ERROR_CLASSES = ("22", "23", "54")
 
 
 @dataclass
@@ -141,7 +145,16 @@ class RegistrationIntake:
             except (EnvelopeError, JobValidationError) as exc:
                 rejected.append(_Rejected(msg, str(exc)))
         if ops:
-            for msg, applied in zip(op_messages, await self.store.apply(ops), strict=True):
+            try:
+                results: list[Applied | None] = list(await self.store.apply(ops))
+            except asyncpg.PostgresError as exc:
+                if str(getattr(exc, "sqlstate", ""))[:2] not in DATA_ERROR_CLASSES:
+                    raise
+                log.warning("batch refused by the database; applying op by op", exc_info=True)
+                results = await self._apply_singly(ops, op_messages, rejected)
+            for msg, applied in zip(op_messages, results, strict=True):
+                if applied is None:
+                    continue
                 outcome = applied.outcome
                 report.outcomes[outcome.value] = report.outcomes.get(outcome.value, 0) + 1
                 if outcome in REFUSED:
@@ -157,13 +170,34 @@ class RegistrationIntake:
         await self._kafka(self._store_offsets, messages)
         return report
 
+    async def _apply_singly(
+        self, ops: list[Op], messages: list[Message], rejected: list[_Rejected]
+    ) -> list[Applied | None]:
+        """Apply ops one transaction each; a data error rejects that message alone (I7)."""
+        results: list[Applied | None] = []
+        for op, msg in zip(ops, messages, strict=True):
+            try:
+                results.extend(await self.store.apply([op]))
+            except asyncpg.PostgresError as exc:
+                if str(getattr(exc, "sqlstate", ""))[:2] not in DATA_ERROR_CLASSES:
+                    raise
+                rejected.append(_Rejected(msg, f"the database refused it: {exc}"))
+                results.append(None)
+        return results
+
     def _op(self, msg: Message, reg: Registration, known: set[str], now_ms: int) -> Op:
         if reg.tenant not in known:
             raise EnvelopeError(f"tenant {reg.tenant!r} does not exist")
         source = (msg.partition() or 0, msg.offset() or 0)
         if reg.op == "upsert":
             doc = parse_document(reg.job)
-            spec = validate_job(reg.tenant, doc, self.limits, now_ms)
+            try:
+                spec = validate_job(reg.tenant, doc, self.limits, now_ms)
+            except JobValidationError:
+                raise
+            except Exception as exc:  # input validate_job failed to name: reject, log the bug
+                log.exception("validate_job raised %s", type(exc).__name__)
+                raise EnvelopeError(f"the job document could not be validated: {exc}") from None
             return Op("upsert", reg.tenant, doc.id, spec=spec, version=reg.version, source=source)
         assert reg.id is not None
         return Op(reg.op, reg.tenant, reg.id, version=reg.version, source=source)

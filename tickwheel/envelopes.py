@@ -8,6 +8,7 @@ message (dead-letter, rejection topic) instead of crashing on it.
 from __future__ import annotations
 
 import base64
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -35,10 +36,17 @@ def parse_run_key(key: str) -> tuple[str, str, int]:
     return match["tenant"], match["job_id"], int(match["ms"])
 
 
+# A run of 19+ digits may be an integer beyond 64 bits, which orjson silently turns into a
+# float; the stdlib parser keeps it exact so that validation can refuse it instead.
+_LONG_DIGITS = re.compile(rb"\d{19,}")
+
+
 def _loads(raw: bytes) -> dict[str, Any]:
     try:
         value = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        if _LONG_DIGITS.search(raw):
+            value = json.loads(raw)
+    except (orjson.JSONDecodeError, ValueError) as exc:
         raise EnvelopeError(f"value is not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise EnvelopeError("value must be a JSON object")

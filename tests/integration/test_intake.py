@@ -164,6 +164,14 @@ async def test_mixed_batch_lands_valid_and_rejects_invalid(
         ("bad-field", _upsert(tenant, {**_job("bad-field"), "colour": "red"})),
         ("ghost", _op("pause", tenant, "ghost")),
         ("bad-op", b'{"op": "explode", "tenant": "x", "id": "y"}'),
+        ("null-payload", _upsert(tenant, _job("null-payload", payload=None))),
+        ("nul-char", _upsert(tenant, _job("nul-char", payload={"s": "a\u0000b"}))),
+        (
+            "huge-int",
+            b'{"op": "upsert", "tenant": "%s", "job": {"id": "huge-int", '
+            b'"schedule": "* * * * *", "handler": "h.x", "payload": '
+            b'{"n": 123456789012345678901234567890}}}' % tenant.encode(),
+        ),
     ]
     _produce(stack.kafka, topics.registrations, good[:25] + bad + good[25:])
     settings = load_settings(
@@ -191,6 +199,9 @@ async def test_mixed_batch_lands_valid_and_rejects_invalid(
     assert "colour" in reasons[bad[3][1]]
     assert "no such job" in reasons[bad[4][1]]
     assert "'op' must be one of" in reasons[bad[5][1]]
+    assert "must not be null" in reasons[bad[6][1]]
+    assert "NUL" in reasons[bad[7][1]]
+    assert "64-bit" in reasons[bad[8][1]]
     for body in bodies:
         assert set(body["source"]) == {"partition", "offset"}
     assert _committed(stack.kafka, intake_group(settings), topics.registrations) == _end_offsets(
@@ -320,3 +331,44 @@ async def test_crash_before_offsets_loses_nothing_and_applies_nothing_twice(
     # A crash after publishing may publish the same rejection again: at-least-once, and
     # the source position says it is the same message.
     assert len({(r["source"]["partition"], r["source"]["offset"]) for r in rejected}) == 1
+
+
+class _PoisonedStore(RegistryStore):
+    """A real store whose database refuses any batch holding the job `poison` (a data error)."""
+
+    async def apply(self, ops: Any) -> Any:
+        if any(op.job_id == "poison" for op in ops):
+            raise asyncpg.DataError("value refused by the database")
+        return await super().apply(ops)
+
+
+async def test_a_batch_refused_by_the_database_rejects_only_the_culprit(
+    stack: Addresses,
+    topics: Topics,
+    db_dsn: str,
+    store: RegistryStore,
+    tenant_names: tuple[str, str],
+) -> None:
+    """a data error fails the batch, the intake retries op by op: the culprit is rejected and
+    every other registration lands (one bad message never stalls a partition)"""
+    tenant, _ = tenant_names
+    await store.create_tenant(tenant)
+    messages = [(f"j{i}", _upsert(tenant, _job(f"j{i}"))) for i in range(5)]
+    messages.insert(2, ("poison", _upsert(tenant, _job("poison"))))
+    _produce(stack.kafka, topics.registrations, messages)
+    settings = load_settings(
+        dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=16
+    )
+    poisoned = _PoisonedStore(store.pool, shards=16)
+
+    async def done() -> bool:
+        return sum(_committed(stack.kafka, intake_group(settings), topics.registrations)) == len(
+            messages
+        )
+
+    await _run_intake_until(settings, poisoned, done)
+    assert set(await _jobs(db_dsn, tenant)) == {f"j{i}" for i in range(5)}
+    rejected = [orjson.loads(m.value()) for m in _drain(stack.kafka, topics.rejected, expect=1)]
+    assert [r["reason"] for r in rejected] == [
+        "the database refused it: value refused by the database"
+    ]

@@ -144,3 +144,12 @@ def test_topic_names_take_the_prefix() -> None:
     ]
     with pytest.raises(ValueError, match="priority"):
         t.runs("urgent")
+
+
+def test_integers_beyond_64_bits_stay_exact() -> None:
+    """a huge integer is decoded exactly (not silently turned into a float) so it can be refused"""
+    raw = (
+        b'{"op": "upsert", "tenant": "t", "job": {"id": "j", "n": 123456789012345678901234567890}}'
+    )
+    reg = Registration.decode(raw)
+    assert reg.job is not None and reg.job["n"] == 123456789012345678901234567890

@@ -55,7 +55,7 @@ def test_defaults_are_filled_in() -> None:
         ({"priority": "urgent"}, "priority"),
         ({"max_attempts": 0}, "max_attempts"),
         ({"max_attempts": "5"}, "max_attempts"),
-        ({"backoff": {"base_ms": 10, "cap_ms": 5}}, "backoff"),
+        ({"backoff": {"base_ms": 10, "cap_ms": 5}}, "backoff.cap_ms"),
         ({"misfire": {"policy": "sometimes"}}, "misfire.policy"),
         ({"dst": {"gap": "wrap"}}, "dst.gap"),
         ({"overlap": "queue"}, "overlap"),

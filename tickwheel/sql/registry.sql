@@ -66,6 +66,9 @@ SELECT tenant, job_id FROM updated
 UNION ALL
 SELECT tenant, job_id FROM inserted
 
+-- health_check --
+SELECT 1
+
 -- job_get --
 SELECT tenant, job_id, document, status, version, shard_id,
        (extract(epoch FROM next_run_at) * 1000)::bigint AS next_run_at,
