@@ -28,6 +28,7 @@ from tickwheel.config import load_settings
 from tickwheel.kafka import create_topics, delete_topics, producer
 from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.store import RegistryStore
+from tickwheel.runtime import tune_gc
 from tickwheel.topics import Topics
 
 RESULTS = Path(__file__).parent / "results"
@@ -98,19 +99,30 @@ async def _one_run(dsn: str, kafka: str, count: int, batch: int) -> dict[str, An
         settings = load_settings(
             dsn=bench_dsn, kafka=kafka, topic_prefix=topics.prefix, intake_batch=batch, shards=64
         )
+        tune_gc()  # as `tickwheel registry` does at start
         intake = make_intake(store, settings)
+        settled = [0]
+        first_batch_at: list[float] = []
+
+        def on_batch(report: Any) -> None:
+            first_batch_at[:] = first_batch_at or [time.perf_counter()]
+            settled[0] += report.messages
+
+        intake.on_batch = on_batch
         stop = asyncio.Event()
         started = time.perf_counter()
         task = asyncio.create_task(intake.run(stop))
-        group = intake_group(settings)
-        while _committed_total(kafka, group, topics.registrations) < count:
-            await asyncio.sleep(0.2)
+        while settled[0] < count:
+            await asyncio.sleep(0.02)
             if task.done():
                 raise RuntimeError(f"intake stopped: {task.exception()}")
         elapsed = time.perf_counter() - started
         stop.set()
         await task
         await intake.close()
+        # Offsets are stored only after the database write; on close they are committed.
+        committed = _committed_total(kafka, intake_group(settings), topics.registrations)
+        assert committed == count, f"{committed} of {count} offsets committed"
         stored = await pool.fetchval("SELECT count(*) FROM jobs WHERE tenant = $1", tenant)
         await pool.close()
         assert stored == count, f"{stored} of {count} jobs stored"
@@ -127,21 +139,105 @@ async def _one_run(dsn: str, kafka: str, count: int, batch: int) -> dict[str, An
         await admin.close()
 
 
+async def _processes_run(
+    dsn: str, kafka: str, count: int, batch: int, processes: int
+) -> dict[str, Any]:
+    """The same load through N `tickwheel registry --no-http` processes in one group."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    admin = await asyncpg.connect(dsn.rsplit("/", 1)[0] + "/postgres")
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    bench_dsn = dsn.rsplit("/", 1)[0] + f"/{name}"
+    topics = Topics(f"bench{uuid.uuid4().hex[:8]}")
+    create_topics(kafka, topics.all(), partitions=PARTITIONS, replication=1)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        conn = await asyncpg.connect(bench_dsn)
+        await db.migrate(conn)
+        await conn.execute("INSERT INTO tenants (name) VALUES ('bench')")
+        await conn.close()
+        prod = producer(kafka)
+        for i in range(count):
+            prod.produce(
+                topics.registrations, key=f"job-{i}".encode(), value=_registration("bench", i)
+            )
+            if i % 10_000 == 0:
+                prod.poll(0)
+        prod.flush(120)
+        env = {
+            **os.environ,
+            "TICKWHEEL_DSN": bench_dsn,
+            "TICKWHEEL_KAFKA": kafka,
+            "TICKWHEEL_TOPIC_PREFIX": topics.prefix,
+            "TICKWHEEL_INTAKE_BATCH": str(batch),
+        }
+        exe = str(Path(sys.executable).parent / "tickwheel")
+        started = time.perf_counter()
+        procs = [
+            subprocess.Popen([exe, "registry", "--no-http"], env=env, stderr=subprocess.DEVNULL)
+            for _ in range(processes)
+        ]
+        group = f"{topics.prefix}.registry"
+        first: tuple[float, int] | None = None
+        done = 0
+        while done < count:
+            await asyncio.sleep(0.25)
+            done = _committed_total(kafka, group, topics.registrations)
+            if first is None and done > 0:
+                first = (time.perf_counter(), done)
+            if any(p.poll() is not None for p in procs):
+                raise RuntimeError("a registry process exited")
+        ended = time.perf_counter()
+        assert first is not None
+        steady = (count - first[1]) / (ended - first[0]) if ended > first[0] else 0.0
+        return {
+            "count": count,
+            "processes": processes,
+            "batch": batch,
+            "seconds_from_spawn": round(ended - started, 3),
+            "per_second_from_spawn": round(count / (ended - started)),
+            "per_second_steady": round(steady),
+        }
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(60)
+        delete_topics(kafka, topics.all())
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--baseline-count", type=int, default=5_000)
     parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=2,
+        help="also run the load through this many registry processes",
+    )
     args = parser.parse_args()
     s = load_settings()
     batched = await _one_run(s.effective_dsn, s.effective_kafka, args.count, args.batch)
     baseline = await _one_run(s.effective_dsn, s.effective_kafka, args.baseline_count, 1)
+    scaled = [
+        await _processes_run(s.effective_dsn, s.effective_kafka, args.count, args.batch, n)
+        for n in sorted({1, args.processes})
+    ]
     result = {
         "machine": f"{platform.processor() or platform.machine()}, 2 cores shared with the "
         "Kafka, ZooKeeper and Postgres of the dev stack",
         "python": platform.python_version(),
         "batched": batched,
         "baseline_per_message": baseline,
+        "processes": scaled,
         "ratio": round(batched["per_second"] / baseline["per_second"], 1),
     }
     RESULTS.mkdir(exist_ok=True)
@@ -157,6 +253,18 @@ async def main() -> None:
             "",
             f"Ratio batched / baseline: **{result['ratio']}x**. Producing the batched run's "
             f"messages took {batched['produce_seconds']} s (not included).",
+            "",
+            "The same load through `tickwheel registry --no-http` processes in one consumer "
+            "group (offsets polled every 0.25 s; steady = after the first commit, so without "
+            "process start-up and group join):",
+            "",
+            "| processes | registrations | registrations/s from spawn | steady registrations/s |",
+            "|---:|---:|---:|---:|",
+            *(
+                f"| {r['processes']} | {r['count']:,} | {r['per_second_from_spawn']:,} | "
+                f"**{r['per_second_steady']:,}** |"
+                for r in scaled
+            ),
         ]
     )
     (RESULTS / "intake.md").write_text(table + "\n")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -29,8 +30,10 @@ TIMEOUT_LIMIT_MS = 24 * 3600 * 1000  # one day
 BACKOFF_LIMIT_MS = 7 * 24 * 3600 * 1000  # one week
 
 # Registrations often share expressions (and, via H, resolved schedules): parse each once per
-# process. One registry process runs one asyncio loop, which is all the cache asks for.
+# process. The cache is not thread-safe and the intake validates on a thread of its own, so
+# every use goes through _SCHEDULES_LOCK (uncontended it costs well under a microsecond).
 SCHEDULES = ScheduleCache()
+_SCHEDULES_LOCK = threading.Lock()
 
 
 class _Strict(BaseModel):
@@ -152,10 +155,19 @@ class JobSpec:
         if doc.at is not None:
             at_ms = parse_at(doc.at)
             return at_ms if at_ms > after_ms else None
+        if self._memo:
+            # The next fire after an earlier instant t0 is also the next after any later
+            # instant before it: validation's answer serves the batch's later `now`.
+            since, found = self._memo[0]
+            if since <= after_ms and (found is None or found > after_ms):
+                return found
         assert doc.schedule is not None
-        return SCHEDULES.next_after(
-            doc.schedule, doc.timezone, self.key, doc.dst.gap, doc.dst.overlap, after_ms
-        )
+        with _SCHEDULES_LOCK:
+            found = SCHEDULES.next_after(
+                doc.schedule, doc.timezone, self.key, doc.dst.gap, doc.dst.overlap, after_ms
+            )
+        self._memo[:] = [(after_ms, found)]
+        return found
 
     def first_run_at(self, now_ms: int) -> int | None:
         """`next_run_at` of a job created or changed at `now_ms`.
@@ -256,11 +268,30 @@ def storable_problems(value: Any, path: str = "") -> list[FieldProblem]:
     return problems
 
 
+def _free_text_problems(doc: JobDocument) -> list[FieldProblem]:
+    """The document's only unconstrained strings (the rest are patterns, literals, bounded
+    integers): checked one by one, which is far cheaper than walking the whole document."""
+    texts: list[tuple[str, str | None]] = [
+        ("schedule", doc.schedule),
+        ("at", doc.at),
+        ("timezone", doc.timezone),
+    ]
+    if doc.target is not None:
+        texts.append(("target.url", doc.target.url))
+        for name, value in doc.target.headers.items():
+            texts += [("target.headers", name), (f"target.headers.{name}", value)]
+    problems = []
+    for where, text in texts:
+        if text is not None and (message := _string_problem(text)) is not None:
+            problems.append(FieldProblem(where, message))
+    return problems
+
+
 def validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) -> JobSpec:
     """Everything about a document that needs context; raises JobValidationError."""
     # First what the store could not write: these would fail the whole batch's transaction
     # (or orjson.dumps below) instead of rejecting the one document.
-    problems = storable_problems(doc.model_dump(exclude={"payload"}))
+    problems = _free_text_problems(doc)
     problems += storable_problems(doc.payload, "payload")
     if doc.payload is None:
         # jsonb_to_recordset turns a JSON null into SQL NULL, which jobs.payload refuses.
@@ -280,9 +311,10 @@ def validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) -> 
         problems.append(FieldProblem("handler", "give exactly one of 'handler' and 'target'"))
     if doc.schedule is not None:
         try:
-            upcoming = SCHEDULES.next_after(
-                doc.schedule, doc.timezone, key, doc.dst.gap, doc.dst.overlap, now_ms
-            )
+            with _SCHEDULES_LOCK:
+                upcoming = SCHEDULES.next_after(
+                    doc.schedule, doc.timezone, key, doc.dst.gap, doc.dst.overlap, now_ms
+                )
             if upcoming is None:
                 problems.append(FieldProblem("schedule", "has no future occurrence"))
         except ScheduleError as exc:
@@ -294,7 +326,8 @@ def validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) -> 
         except ScheduleError as exc:
             problems.append(FieldProblem("at", exc.message))
         try:
-            SCHEDULES.schedule("0 0 * * *", tz=doc.timezone)  # one-offs need a valid zone too
+            with _SCHEDULES_LOCK:  # one-offs need a valid zone too
+                SCHEDULES.schedule("0 0 * * *", tz=doc.timezone)
         except ScheduleError as exc:
             problems.append(FieldProblem(exc.field, exc.message))
     size = len(orjson.dumps(doc.payload))

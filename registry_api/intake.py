@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +72,16 @@ class _Rejected:
     reason: str
 
 
+@dataclass
+class _Prepared:
+    """A decoded, validated batch, ready for the database."""
+
+    messages: list[Message]
+    ops: list[Op] = field(default_factory=list)
+    op_messages: list[Message] = field(default_factory=list)
+    rejected: list[_Rejected] = field(default_factory=list)
+
+
 class RegistrationIntake:
     """Consumes registrations; owns its consumer and the producer of rejections."""
 
@@ -92,39 +102,78 @@ class RegistrationIntake:
         self.rejected_topic = rejected_topic
         self.batch_size = batch_size
         self.consumer.subscribe([registrations_topic])
+        self._tenants: set[str] = set()
+        # Called with each settled batch's report (metrics, benchmarks).
+        self.on_batch: Callable[[BatchReport], None] | None = None
         # confluent-kafka calls block; one thread keeps every consumer call on one thread.
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-kafka")
+        self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-validate")
 
     async def _kafka(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Consume and apply until `stop`; two batches in flight at most.
+
+        While batch N's transaction, rejections and offsets are under way, batch N+1 is
+        consumed and validated (pure CPU), so the database's work and ours overlap. Batch N
+        always settles (offsets stored, or a rewind) before N+1 is handed to the database, so
+        offsets are stored in order and never ahead of the database (I5).
+        """
         failures = 0
-        while not stop.is_set():
-            messages = await self._kafka(self._consume_batch)
-            if not messages:
-                continue
-            try:
-                report = await self.process(messages)
-                failures = 0
-                log.info("registrations batch", extra={"batch": report.__dict__})
-            except Exception:
-                log.exception("registration batch failed; rewinding to retry it")
-                await self._kafka(self._rewind, messages)
-                await asyncio.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S) - 1)])
-                failures += 1
+        inflight: tuple[list[Message], asyncio.Task[BatchReport]] | None = None
+        while inflight is not None or not stop.is_set():
+            messages: list[Message] = (
+                [] if stop.is_set() else await self._kafka(self._consume_batch)
+            )
+            prepared = await self.prepare(messages) if messages else None
+            if inflight is not None:
+                batch, task = inflight
+                inflight = None
+                try:
+                    report = await task
+                    failures = 0
+                    log.info("registrations batch", extra={"batch": report.__dict__})
+                    if self.on_batch is not None:
+                        self.on_batch(report)
+                except Exception:
+                    log.exception("registration batch failed; rewinding to retry it")
+                    # The batch consumed meanwhile lies after the failed one: drop it too.
+                    await self._kafka(self._rewind, [*batch, *messages])
+                    await asyncio.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S) - 1)])
+                    failures += 1
+                    continue
+            if prepared is not None:
+                inflight = (messages, asyncio.create_task(self.commit(prepared)))
 
     async def close(self) -> None:
         # close() commits the stored offsets (and only those) and leaves the group.
         await self._kafka(self.consumer.close)
         self._io.shutdown(wait=True)
+        self._cpu.shutdown(wait=True)
 
     async def process(self, messages: Sequence[Message]) -> BatchReport:
         """Steps 1 to 4 of the module docstring for one batch."""
-        report = BatchReport(messages=len(messages))
-        ops: list[Op] = []
-        op_messages: list[Message] = []
-        rejected: list[_Rejected] = []
+        return await self.commit(await self.prepare(messages))
+
+    async def prepare(self, messages: Sequence[Message]) -> _Prepared:
+        """Step 1: decode and validate; no write happens here.
+
+        The CPU work runs on its own thread: the GIL is free while the previous batch waits
+        on Postgres, so validating this batch overlaps with the database writing the last.
+        """
+        loop = asyncio.get_running_loop()
+        prepared, registrations = await loop.run_in_executor(self._cpu, self._decode, messages)
+        known = await self._known_tenants({r.tenant for _, r in registrations})
+        now = self.store.clock()
+        await loop.run_in_executor(self._cpu, self._validate, prepared, registrations, known, now)
+        return prepared
+
+    @staticmethod
+    def _decode(
+        messages: Sequence[Message],
+    ) -> tuple[_Prepared, list[tuple[Message, Registration]]]:
+        prepared = _Prepared(list(messages))
         registrations: list[tuple[Message, Registration]] = []
         for msg in messages:
             err = msg.error()
@@ -135,15 +184,35 @@ class RegistrationIntake:
             try:
                 registrations.append((msg, Registration.decode(msg.value() or b"")))
             except EnvelopeError as exc:
-                rejected.append(_Rejected(msg, str(exc)))
-        known = await self.store.existing_tenants([r.tenant for _, r in registrations])
-        now = self.store.clock()
+                prepared.rejected.append(_Rejected(msg, str(exc)))
+        return prepared, registrations
+
+    def _validate(
+        self,
+        prepared: _Prepared,
+        registrations: list[tuple[Message, Registration]],
+        known: set[str],
+        now: int,
+    ) -> None:
         for msg, reg in registrations:
             try:
-                ops.append(self._op(msg, reg, known, now))
-                op_messages.append(msg)
+                prepared.ops.append(self._op(msg, reg, known, now))
+                prepared.op_messages.append(msg)
             except (EnvelopeError, JobValidationError) as exc:
-                rejected.append(_Rejected(msg, str(exc)))
+                prepared.rejected.append(_Rejected(msg, str(exc)))
+
+    async def _known_tenants(self, names: set[str]) -> set[str]:
+        """Tenants that exist, from a process-lifetime cache of positive answers (tenants are
+        never deleted); only names not seen yet cost a query."""
+        unseen = names - self._tenants
+        if unseen:
+            self._tenants |= await self.store.existing_tenants(sorted(unseen))
+        return names & self._tenants
+
+    async def commit(self, prepared: _Prepared) -> BatchReport:
+        """Steps 2 to 4: apply, publish rejections, store offsets."""
+        report = BatchReport(messages=len(prepared.messages))
+        ops, op_messages, rejected = prepared.ops, prepared.op_messages, prepared.rejected
         if ops:
             try:
                 results: list[Applied | None] = list(await self.store.apply(ops))
@@ -167,7 +236,7 @@ class RegistrationIntake:
             await self._kafka(self._publish_rejections, rejected)
             report.rejected = len(rejected)
         crash_point("intake_before_offsets")
-        await self._kafka(self._store_offsets, messages)
+        await self._kafka(self._store_offsets, prepared.messages)
         return report
 
     async def _apply_singly(

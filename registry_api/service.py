@@ -13,6 +13,7 @@ from tickwheel.kafka import consumer, producer
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.intake import RegistrationIntake
 from tickwheel.registry_api.store import RegistryStore
+from tickwheel.runtime import tune_gc
 from tickwheel.topics import Topics
 
 log = logging.getLogger("tickwheel.registry")
@@ -57,6 +58,7 @@ async def serve(
     """Run until SIGINT/SIGTERM; the intake finishes its batch and commits before exiting."""
     import uvicorn
 
+    tune_gc()
     pool = await db.create_pool(settings.effective_dsn, min_size=2, max_size=10)
     store = RegistryStore(pool, settings.shards)
     stop = asyncio.Event()

@@ -134,14 +134,20 @@ def apply(
             return current, Outcome.UNCHANGED
         first = op.spec.first_run_at(now_ms)
         if current is None or not live:
-            base = current or StoredJob(op.tenant, op.job_id, document, "active", 0, None)
-            created = _changed(
-                base,
-                op,
-                document=document,
-                spec=op.spec,
-                next_run_at=first,
-                status="active" if first is not None else "completed",
+            # Built directly (the intake's hot path creates thousands per batch).
+            partition, offset = op.source if op.source is not None else (None, None)
+            if current is not None and op.source is None:
+                partition, offset = current.intake_partition, current.intake_offset
+            created = StoredJob(
+                op.tenant,
+                op.job_id,
+                document,
+                "active" if first is not None else "completed",
+                _next_version(current, op),
+                first,
+                partition,
+                offset,
+                op.spec,
             )
             return created, Outcome.CREATED
         if _same_timing(current.document, document) and current.next_run_at is not None:
