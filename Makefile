@@ -22,7 +22,7 @@ install: $(STAMP)
 demo: install
 	$(BIN)/tickwheel demo
 
-test: install
+test: install check
 	$(BIN)/pytest
 
 unit: $(STAMP)
