@@ -2,9 +2,10 @@
 
 A batch — one HTTP request, or one poll of the registration topic — is one transaction: lock
 the batch's existing rows, fold its operations through `state.apply` in order, write every
-changed job once (`jobs_write_batch`), commit. Per-job order is the order of `ops`; jobs do not
-wait on each other beyond their row locks. Two writers creating the same new job at once: the
-loser's insert finds the row and the whole batch is retried against the winner's row.
+changed job once (binary COPY into a per-connection staging table, then `jobs_write_batch`),
+commit. Per-job order is the order of `ops`; jobs do not wait on each other beyond their row
+locks. Two writers creating the same new job at once: the loser's insert finds the row and the
+whole batch is retried against the winner's row.
 """
 
 from __future__ import annotations
@@ -72,38 +73,80 @@ def hash_key(api_key: str) -> bytes:
     return hashlib.sha256(api_key.encode()).digest()
 
 
-def _row_record(job: StoredJob, spec: JobSpec, expected_version: int | None) -> dict[str, Any]:
+# The columns of `jobs_stage` (registry.sql `jobs_stage_create`), in the order `_row_tuple`
+# yields them; times are integer milliseconds, jsonb columns JSON text.
+STAGE_COLUMNS = (
+    "tenant",
+    "job_id",
+    "shard_id",
+    "kind",
+    "schedule",
+    "run_at",
+    "timezone",
+    "handler",
+    "target",
+    "payload",
+    "priority",
+    "max_attempts",
+    "backoff_base_ms",
+    "backoff_cap_ms",
+    "timeout_ms",
+    "misfire_policy",
+    "misfire_grace_ms",
+    "misfire_max_catchup",
+    "overlap_policy",
+    "dst_gap",
+    "dst_overlap",
+    "status",
+    "next_run_at",
+    "version",
+    "document",
+    "intake_partition",
+    "intake_offset",
+    "expected_version",
+)
+
+
+def _json_text(value: Any) -> str | None:
+    # A JSON null becomes SQL NULL (jobs.payload refuses it; validation rejects a null payload
+    # before it gets here, and jobs.target is NULL when the job has a handler).
+    return None if value is None else orjson.dumps(value).decode()
+
+
+def _row_tuple(job: StoredJob, spec: JobSpec, expected_version: int | None) -> tuple[Any, ...]:
+    """One `jobs_stage` row: a tuple, as binary COPY takes it (no per-row dict)."""
     doc = spec.document
-    return {
-        "tenant": job.tenant,
-        "job_id": job.job_id,
-        "shard_id": spec.shard_id,
-        "kind": spec.kind,
-        "schedule": doc.schedule,
-        "run_at": spec.first_run_at(0) if doc.at is not None else None,
-        "timezone": doc.timezone,
-        "handler": doc.handler,
-        "target": doc.target.model_dump() if doc.target is not None else None,
-        "payload": doc.payload,
-        "priority": doc.priority,
-        "max_attempts": doc.max_attempts,
-        "backoff_base_ms": doc.backoff.base_ms,
-        "backoff_cap_ms": doc.backoff.cap_ms,
-        "timeout_ms": doc.timeout_ms,
-        "misfire_policy": doc.misfire.policy,
-        "misfire_grace_ms": doc.misfire.grace_ms,
-        "misfire_max_catchup": doc.misfire.max_catchup,
-        "overlap_policy": doc.overlap,
-        "dst_gap": doc.dst.gap,
-        "dst_overlap": doc.dst.overlap,
-        "status": job.status,
-        "next_run_at": job.next_run_at,
-        "version": job.version,
-        "document": job.document,
-        "intake_partition": job.intake_partition,
-        "intake_offset": job.intake_offset,
-        "expected_version": expected_version,
-    }
+    backoff, misfire, dst = doc.backoff, doc.misfire, doc.dst
+    return (
+        job.tenant,
+        job.job_id,
+        spec.shard_id,
+        "cron" if doc.schedule is not None else "once",
+        doc.schedule,
+        spec.first_run_at(0) if doc.at is not None else None,
+        doc.timezone,
+        doc.handler,
+        _json_text(doc.target.model_dump()) if doc.target is not None else None,
+        _json_text(doc.payload),
+        doc.priority,
+        doc.max_attempts,
+        backoff.base_ms,
+        backoff.cap_ms,
+        doc.timeout_ms,
+        misfire.policy,
+        misfire.grace_ms,
+        misfire.max_catchup,
+        doc.overlap,
+        dst.gap,
+        dst.overlap,
+        job.status,
+        job.next_run_at,
+        job.version,
+        orjson.dumps(job.document).decode(),
+        job.intake_partition,
+        job.intake_offset,
+        expected_version,
+    )
 
 
 class RegistryStore:
@@ -148,20 +191,23 @@ class RegistryStore:
             state: dict[tuple[str, str], StoredJob] = dict(loaded)
             results = []
             for op in ops:
-                new, outcome = apply(state.get(op.key), op, now, resume_from=self._spec_of)
+                key = op.key
+                new, outcome = apply(state.get(key), op, now, resume_from=self._spec_of)
                 if outcome.changed and new is not None:
-                    state[op.key] = new
+                    state[key] = new
                 results.append(Applied(op, outcome, new))
             records = [
-                _row_record(job, self._spec_of(job), loaded[key].version if key in loaded else None)
+                _row_tuple(job, self._spec_of(job), loaded[key].version if key in loaded else None)
                 for key, job in state.items()
                 if job is not loaded.get(key)
             ]
             if records:
-                written = await conn.fetch(
-                    QUERIES["jobs_write_batch"], orjson.dumps(records).decode()
+                await conn.execute(QUERIES["jobs_stage_create"])
+                await conn.copy_records_to_table(
+                    "jobs_stage", records=records, columns=STAGE_COLUMNS
                 )
-                if len(written) != len(records):
+                written: int = await conn.fetchval(QUERIES["jobs_write_batch"])
+                if written != len(records):
                     raise _ConcurrentCreate
         return results
 
