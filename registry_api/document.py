@@ -202,6 +202,10 @@ def _pydantic_problems(exc: ValidationError) -> list[FieldProblem]:
 def _target_allowed(url: str, allowlist: tuple[str, ...]) -> bool:
     """Same scheme, host and port as an allowlist entry, and a path below the entry's path."""
     parts = urlsplit(url)
+    # A dot segment (also percent-encoded) would let "/hooks/../admin" pass a "/hooks" prefix.
+    segments = parts.path.replace("%2e", ".").replace("%2E", ".").split("/")
+    if any(segment in (".", "..") for segment in segments):
+        return False
     for entry in allowlist:
         allowed = urlsplit(entry)
         if (parts.scheme, parts.hostname, parts.port) != (

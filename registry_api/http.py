@@ -61,10 +61,12 @@ from tickwheel.registry_api.document import (
 )
 from tickwheel.registry_api.state import Op, Outcome
 from tickwheel.registry_api.store import PAGE_LIMIT_MAX, JobView, RegistryStore, RunView, now_ms
+from tickwheel.schedule.cron import MAX_AFTER_MS, MIN_AFTER_MS
 
 log = logging.getLogger(__name__)
 
 PAGE_LIMIT_DEFAULT = 100
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 PATCH_RETRIES = 5  # read-merge-write rounds before a PATCH gives up on a busy job
 HEALTH_TIMEOUT_S = 2.0  # seconds /healthz waits for the database
 # A body may be twice the payload limit (pretty-printed JSON) plus room for the other fields.
@@ -212,8 +214,8 @@ def runs_cursor(before_ms: int) -> str:
 
 def runs_before(cursor: str) -> int:
     text = decode_cursor(cursor, "r")
-    if not re.fullmatch(r"-?[0-9]{1,16}", text):
-        raise CursorError(cursor)
+    if not re.fullmatch(r"-?[0-9]{1,16}", text) or not (MIN_AFTER_MS <= int(text) < MAX_AFTER_MS):
+        raise CursorError(cursor)  # out of range would overflow Postgres timestamps: a 500
     return int(text)
 
 
@@ -464,7 +466,8 @@ class Observe:
             route = scope.get("route")
             # The template, never the raw path: label values must stay few.
             template = getattr(route, "path", None) or "unmatched"
-            method = scope["method"]
+            # Only known methods: an arbitrary token as a label would grow /metrics unboundedly.
+            method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"
             self.metrics.requests.labels(method, template, str(status)).inc()
             self.metrics.latency.labels(method, template, str(status)).observe(elapsed)
             if log.isEnabledFor(logging.INFO):

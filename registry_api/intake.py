@@ -185,6 +185,9 @@ class RegistrationIntake:
                 registrations.append((msg, Registration.decode(msg.value() or b"")))
             except EnvelopeError as exc:
                 prepared.rejected.append(_Rejected(msg, str(exc)))
+            except Exception as exc:  # unforeseen: reject this message, never stall the rest
+                log.exception("decoding a registration raised %s", type(exc).__name__)
+                prepared.rejected.append(_Rejected(msg, f"could not be decoded: {exc!r}"))
         return prepared, registrations
 
     def _validate(
@@ -200,6 +203,9 @@ class RegistrationIntake:
                 prepared.op_messages.append(msg)
             except (EnvelopeError, JobValidationError) as exc:
                 prepared.rejected.append(_Rejected(msg, str(exc)))
+            except Exception as exc:  # unforeseen: reject this message, never stall the rest
+                log.exception("validating a registration raised %s", type(exc).__name__)
+                prepared.rejected.append(_Rejected(msg, f"could not be validated: {exc!r}"))
 
     async def _known_tenants(self, names: set[str]) -> set[str]:
         """Tenants that exist, from a process-lifetime cache of positive answers (tenants are

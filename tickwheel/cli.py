@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from tickwheel import __version__
-from tickwheel.config import ConfigError, Settings, load_settings
+from tickwheel.config import ConfigError, Settings, load_settings, redact_dsn
 from tickwheel.schedule.cli import cron
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -120,15 +120,19 @@ def db() -> None:
 def _run_db(action: Callable[[Any], Any]) -> Any:
     import asyncio
 
+    import asyncpg
+
     from tickwheel import db as dbmod
 
     async def go() -> Any:
         try:
             conn = await dbmod.connect(settings().effective_dsn)
         except Exception as exc:  # unreachable or refused: one line, not a trace
-            fail(f"cannot connect to Postgres at {settings().effective_dsn}: {exc}")
+            fail(f"cannot connect to Postgres at {redact_dsn(settings().effective_dsn)}: {exc}")
         try:
             return await action(conn)
+        except asyncpg.PostgresError as exc:  # e.g. no privilege, a migration that fails
+            fail(f"Postgres refused: {type(exc).__name__}: {exc}")
         finally:
             await conn.close()
 
@@ -253,8 +257,17 @@ def registry(host: str, port: int, no_http: bool, no_intake: bool) -> None:
 
     if no_http and no_intake:
         fail("--no-http and --no-intake together leave nothing to run", 2)
+    import asyncpg
+
     logs.setup()
-    uvloop.run(serve(settings(), host, port, http=not no_http, intake=not no_intake))
+    s = settings()
+    try:
+        uvloop.run(serve(s, host, port, http=not no_http, intake=not no_intake))
+    except (OSError, asyncpg.PostgresError) as exc:
+        fail(
+            f"registry cannot start (Postgres at {redact_dsn(s.effective_dsn)}, Kafka at "
+            f"{s.effective_kafka}): {type(exc).__name__}: {exc}"
+        )
 
 
 @main.group()
@@ -286,6 +299,6 @@ def tenant_add(name: str) -> None:
         err = dbmod.domain_error(exc)
         fail(str(err) if err else f"cannot create tenant {name!r}: {exc}", 2)
     except OSError as exc:
-        fail(f"cannot connect to Postgres at {settings().effective_dsn}: {exc}")
+        fail(f"cannot connect to Postgres at {redact_dsn(settings().effective_dsn)}: {exc}")
     click.echo(f"tenant {name} created; its API key (shown once):")
     click.echo(key)

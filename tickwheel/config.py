@@ -113,6 +113,20 @@ class Settings(BaseSettings):
         return self.zk or f"127.0.0.1:{self.dev_zk_port}"
 
 
+def redact_dsn(dsn: str) -> str:
+    """The DSN with its password replaced by ***: for every message and status line."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(dsn)
+        if parts.password is None:
+            return dsn
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        return "<unparsable DSN>"
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read the settings, turning pydantic's report into one sentence per bad field."""
     from pydantic import ValidationError

@@ -18,7 +18,9 @@ from tickwheel.kafka import create_topics
 from tickwheel.topics import Topics
 
 POSTGRES_IMAGE = "postgres:16-alpine"
-KAFKA_IMAGE = "apache/kafka:4.1.1"
+# testcontainers' KafkaContainer drives Confluent's image scripts (its KRaft mode refuses
+# other images); cp-kafka 8.0 is Apache Kafka 4.0.
+KAFKA_IMAGE = "confluentinc/cp-kafka:8.0.0"
 ZOOKEEPER_IMAGE = "zookeeper:3.9"
 
 

@@ -29,6 +29,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from tickwheel.config import Settings
+from tickwheel.config import Settings, redact_dsn
 from tickwheel.topics import Topics
 
 JAVA_MIN_MAJOR = 17
@@ -215,7 +216,8 @@ def probe_zookeeper(hosts: str) -> str | None:
     # kazoo logs every refused connection attempt; a probe reports one reason instead.
     quiet = logging.getLogger("tickwheel.devstack.kazoo")
     quiet.propagate = False
-    quiet.addHandler(logging.NullHandler())
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
     client = KazooClient(
         hosts=hosts,
         timeout=HEALTH_PROBE_TIMEOUT_S,
@@ -349,18 +351,14 @@ class DevStack:
                 return pwd.getpwnam(name)
             except KeyError:
                 continue
-        subprocess.run(
-            [
-                "useradd",
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                "tickwheel",
-            ],
-            check=True,
-            capture_output=True,
-        )
+        argv = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
+        try:
+            subprocess.run([*argv, "tickwheel"], check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise StackError(
+                "Postgres refuses to run as root and there is no `postgres` user; creating "
+                f"the user `tickwheel` failed ({exc}); create an unprivileged `postgres` user"
+            ) from None
         return pwd.getpwnam("tickwheel")
 
     def _pg_home(self) -> Path:
@@ -372,8 +370,9 @@ class DevStack:
             return Path(pointer.read_text().strip())
         user = self._pg_user()
         if user is not None and not self._user_can_reach(user, self.root):
-            tag = hashlib.sha256(str(self.root).encode()).hexdigest()[:12]
-            home = Path(f"/var/tmp/tickwheel-pg-{tag}")
+            # A fresh, root-created directory with an unguessable name: /var/tmp is
+            # world-writable, and a predictable name could be planted as a symlink.
+            home = Path(tempfile.mkdtemp(prefix="tickwheel-pg-", dir="/var/tmp"))
         self.root.mkdir(parents=True, exist_ok=True)
         pointer.write_text(str(home))
         return home
@@ -725,7 +724,11 @@ class DevStack:
 
     def status(self, round_trip: bool = True) -> list[ServiceStatus]:
         checks: list[tuple[str, str, Callable[[], str | None]]] = [
-            ("postgres", self.s.effective_dsn, lambda: probe_postgres(self.s.effective_dsn)),
+            (
+                "postgres",
+                redact_dsn(self.s.effective_dsn),
+                lambda: probe_postgres(self.s.effective_dsn),
+            ),
             ("zookeeper", self.s.effective_zk, lambda: probe_zookeeper(self.s.effective_zk)),
             (
                 "kafka",

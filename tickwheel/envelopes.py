@@ -8,6 +8,7 @@ message (dead-letter, rejection topic) instead of crashing on it.
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -48,9 +49,18 @@ def _loads(raw: bytes) -> dict[str, Any]:
             value = json.loads(raw)
     except (orjson.JSONDecodeError, ValueError) as exc:
         raise EnvelopeError(f"value is not JSON: {exc}") from None
+    except RecursionError:  # the stdlib fallback gives up before orjson's depth limit
+        raise EnvelopeError("value nests too deeply to decode") from None
     if not isinstance(value, dict):
         raise EnvelopeError("value must be a JSON object")
     return value
+
+
+def _b64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error:
+        raise EnvelopeError("field 'original' is not base64") from None
 
 
 def _take(
@@ -231,5 +241,5 @@ class Rejection:
             reason=_take(obj, "reason", str),
             partition=_take(source, "partition", int),
             offset=_take(source, "offset", int),
-            original=base64.b64decode(_take(obj, "original", str), validate=True),
+            original=_b64(_take(obj, "original", str)),
         )

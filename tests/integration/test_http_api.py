@@ -770,6 +770,8 @@ async def test_runs_of_an_unknown_job_are_404(client: httpx.AsyncClient) -> None
         ("/v1/jobs/q/runs", {"cursor": encode_cursor("j", "q")}, "cursor"),
         ("/v1/jobs/q/runs", {"cursor": encode_cursor("r", "soon")}, "cursor"),
         ("/v1/jobs/q/runs", {"cursor": "%%%"}, "cursor"),
+        ("/v1/jobs/q/runs", {"cursor": encode_cursor("r", "9999999999999999")}, "cursor"),
+        ("/v1/jobs/q/runs", {"cursor": encode_cursor("r", "-9999999999999999")}, "cursor"),
     ],
 )
 async def test_bad_list_parameters_are_422(

@@ -76,6 +76,8 @@ def test_key_and_dst_policies_are_passed_through() -> None:
         (["0 0 * * *", "--after", "yesterday"], "is not an ISO-8601 instant"),
         (["0 0 * * *", "--count", "0"], "Invalid value for '--count'"),
         (["0 0 * * *", "--count", "many"], "Invalid value for '--count'"),
+        (["0 0 * * *", "--count", "100000001"], "Invalid value for '--count'"),
+        (["* * * * *", "--after", "0001-01-01T00:00:00+01:00"], "must lie between the years"),
         (["0 0 * * *", "--dst-gap", "forward"], "Invalid value for '--dst-gap'"),
         (["0 0 * * *", "--dst-overlap", "twice"], "Invalid value for '--dst-overlap'"),
         ([], "Missing argument 'EXPR'"),

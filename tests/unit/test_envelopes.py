@@ -153,3 +153,18 @@ def test_integers_beyond_64_bits_stay_exact() -> None:
     )
     reg = Registration.decode(raw)
     assert reg.job is not None and reg.job["n"] == 123456789012345678901234567890
+
+
+def test_deep_nesting_with_long_numbers_is_an_envelope_error() -> None:
+    """a value nested past the stdlib parser's depth is refused, not a RecursionError"""
+    raw = b'{"op":"upsert","tenant":"t","job":' + b"[" * 1000 + b"12345678901234567890"
+    raw += b"]" * 1000 + b"}"
+    with pytest.raises(EnvelopeError, match="nests too deeply"):
+        Registration.decode(raw)
+
+
+def test_rejection_with_bad_base64_is_an_envelope_error() -> None:
+    """a rejection whose `original` is not base64 names the field"""
+    raw = b'{"reason": "x", "source": {"partition": 0, "offset": 1}, "original": "%%%"}'
+    with pytest.raises(EnvelopeError, match="'original' is not base64"):
+        Rejection.decode(raw)

@@ -65,3 +65,10 @@ def test_format_utc_prints_whole_seconds() -> None:
     """format_utc gives YYYY-MM-DDTHH:MM:SSZ and drops milliseconds."""
     assert format_utc(1_796_115_600_999) == "2026-12-01T09:00:00Z"
     assert format_utc(0) == "1970-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("text", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:00-01:00"])
+def test_offsets_pushing_past_datetime_range_are_a_schedule_error(text: str) -> None:
+    """an offset that pushes an instant out of datetime's range is refused, not an overflow"""
+    with pytest.raises(ScheduleError, match="must lie between the years"):
+        parse_at(text)

@@ -75,3 +75,11 @@ def test_bad_values_name_the_variable(
     monkeypatch.setenv(var, value)
     with pytest.raises(ConfigError, match=needle):
         load_settings()
+
+
+def test_redact_dsn_hides_only_the_password() -> None:
+    """DSNs in messages and status lines never show a password"""
+    from tickwheel.config import redact_dsn
+
+    assert redact_dsn("postgresql://app:s3cret@db:5432/x") == "postgresql://app:***@db:5432/x"
+    assert redact_dsn("postgresql://app@db/x") == "postgresql://app@db/x"

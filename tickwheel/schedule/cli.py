@@ -16,6 +16,7 @@ from tickwheel.schedule.errors import ScheduleError
 from tickwheel.schedule.instants import format_utc, parse_instant
 
 EXIT_BAD_INPUT = 2  # exit code for bad input, as click uses for usage errors
+MAX_COUNT = 100_000  # instants one call may print (it computes them all before printing)
 _OPTION_OF_FIELD = {"schedule": "EXPR", "timezone": "--tz", "key": "--key", "after": "--after"}
 
 
@@ -56,7 +57,7 @@ def cron() -> None:
     default=None,
     help="ISO-8601 instant with Z or an offset; results are strictly after it. [default: now]",
 )
-@click.option("--count", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--count", default=5, show_default=True, type=click.IntRange(1, MAX_COUNT))
 @click.option("--key", default=None, help="Job identity tenant/job_id that H fields hash.")
 @click.option(
     "--dst-gap",

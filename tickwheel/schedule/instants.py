@@ -32,8 +32,11 @@ def parse_instant(text: object, field: str = "at") -> int:
             field,
             f"{field} {text!r} has no Z or UTC offset, so it names no instant; use {example}.",
         )
-    utc = moment.astimezone(UTC)
-    if not MIN_YEAR <= utc.year <= MAX_YEAR:
+    try:
+        utc = moment.astimezone(UTC)
+    except OverflowError:  # year 1 or 9999 pushed past datetime's range by its offset
+        utc = None
+    if utc is None or not MIN_YEAR <= utc.year <= MAX_YEAR:
         raise ScheduleError(
             field, f"{field} {text!r} must lie between the years {MIN_YEAR} and {MAX_YEAR} (UTC)."
         )

@@ -148,6 +148,8 @@ DECLARE
     created integer := 0;
     part text;
 BEGIN
+    -- Two concurrent callers would race between the existence check and CREATE TABLE.
+    PERFORM pg_advisory_xact_lock(7449627562248045);
     FOR i IN 0 .. days - 1 LOOP
         day := first_day + i;
         part := 'job_runs_p' || to_char(day, 'YYYYMMDD');
