@@ -16,6 +16,8 @@ import json
 import platform
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +71,10 @@ def _committed_total(kafka: str, group: str, topic: str) -> int:
         cons.close()
 
 
-async def _one_run(dsn: str, kafka: str, count: int, batch: int) -> dict[str, Any]:
+@asynccontextmanager
+async def _scratch(dsn: str, kafka: str, count: int) -> AsyncIterator[tuple[str, Topics, float]]:
+    """A throwaway migrated database with tenant `bench` and fresh topics holding `count`
+    registrations; yields (its DSN, the topics, seconds taken to produce); then cleans up."""
     admin = await asyncpg.connect(dsn.rsplit("/", 1)[0] + "/postgres")
     name = f"bench_{uuid.uuid4().hex[:10]}"
     await admin.execute(f'CREATE DATABASE "{name}"')
@@ -79,23 +84,29 @@ async def _one_run(dsn: str, kafka: str, count: int, batch: int) -> dict[str, An
     try:
         conn = await asyncpg.connect(bench_dsn)
         await db.migrate(conn)
+        await conn.execute("INSERT INTO tenants (name) VALUES ('bench')")
         await conn.close()
-        pool = await asyncpg.create_pool(bench_dsn, min_size=2, max_size=4)
-        store = RegistryStore(pool, shards=64)
-        tenant = "bench"
-        await store.create_tenant(tenant)
-
         prod = producer(kafka)
         started = time.perf_counter()
         for i in range(count):
             prod.produce(
-                topics.registrations, key=f"job-{i}".encode(), value=_registration(tenant, i)
+                topics.registrations, key=f"job-{i}".encode(), value=_registration("bench", i)
             )
             if i % 10_000 == 0:
                 prod.poll(0)
         prod.flush(120)
-        produce_s = time.perf_counter() - started
+        yield bench_dsn, topics, time.perf_counter() - started
+    finally:
+        delete_topics(kafka, topics.all())
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
 
+
+async def _one_run(dsn: str, kafka: str, count: int, batch: int) -> dict[str, Any]:
+    async with _scratch(dsn, kafka, count) as (bench_dsn, topics, produce_s):
+        pool = await asyncpg.create_pool(bench_dsn, min_size=2, max_size=4)
+        store = RegistryStore(pool, shards=64)
+        tenant = "bench"
         settings = load_settings(
             dsn=bench_dsn, kafka=kafka, topic_prefix=topics.prefix, intake_batch=batch, shards=64
         )
@@ -133,10 +144,6 @@ async def _one_run(dsn: str, kafka: str, count: int, batch: int) -> dict[str, An
             "per_second": round(count / elapsed),
             "produce_seconds": round(produce_s, 3),
         }
-    finally:
-        delete_topics(kafka, topics.all())
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 async def _processes_run(
@@ -148,68 +155,48 @@ async def _processes_run(
     import subprocess
     import sys
 
-    admin = await asyncpg.connect(dsn.rsplit("/", 1)[0] + "/postgres")
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    bench_dsn = dsn.rsplit("/", 1)[0] + f"/{name}"
-    topics = Topics(f"bench{uuid.uuid4().hex[:8]}")
-    create_topics(kafka, topics.all(), partitions=PARTITIONS, replication=1)
     procs: list[subprocess.Popen[bytes]] = []
-    try:
-        conn = await asyncpg.connect(bench_dsn)
-        await db.migrate(conn)
-        await conn.execute("INSERT INTO tenants (name) VALUES ('bench')")
-        await conn.close()
-        prod = producer(kafka)
-        for i in range(count):
-            prod.produce(
-                topics.registrations, key=f"job-{i}".encode(), value=_registration("bench", i)
-            )
-            if i % 10_000 == 0:
-                prod.poll(0)
-        prod.flush(120)
-        env = {
-            **os.environ,
-            "TICKWHEEL_DSN": bench_dsn,
-            "TICKWHEEL_KAFKA": kafka,
-            "TICKWHEEL_TOPIC_PREFIX": topics.prefix,
-            "TICKWHEEL_INTAKE_BATCH": str(batch),
-        }
-        exe = str(Path(sys.executable).parent / "tickwheel")
-        started = time.perf_counter()
-        procs = [
-            subprocess.Popen([exe, "registry", "--no-http"], env=env, stderr=subprocess.DEVNULL)
-            for _ in range(processes)
-        ]
-        group = f"{topics.prefix}.registry"
-        first: tuple[float, int] | None = None
-        done = 0
-        while done < count:
-            await asyncio.sleep(0.25)
-            done = _committed_total(kafka, group, topics.registrations)
-            if first is None and done > 0:
-                first = (time.perf_counter(), done)
-            if any(p.poll() is not None for p in procs):
-                raise RuntimeError("a registry process exited")
-        ended = time.perf_counter()
-        assert first is not None
-        steady = (count - first[1]) / (ended - first[0]) if ended > first[0] else 0.0
-        return {
-            "count": count,
-            "processes": processes,
-            "batch": batch,
-            "seconds_from_spawn": round(ended - started, 3),
-            "per_second_from_spawn": round(count / (ended - started)),
-            "per_second_steady": round(steady),
-        }
-    finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            p.wait(60)
-        delete_topics(kafka, topics.all())
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with _scratch(dsn, kafka, count) as (bench_dsn, topics, _produce_s):
+        try:
+            env = {
+                **os.environ,
+                "TICKWHEEL_DSN": bench_dsn,
+                "TICKWHEEL_KAFKA": kafka,
+                "TICKWHEEL_TOPIC_PREFIX": topics.prefix,
+                "TICKWHEEL_INTAKE_BATCH": str(batch),
+            }
+            exe = str(Path(sys.executable).parent / "tickwheel")
+            started = time.perf_counter()
+            procs = [
+                subprocess.Popen([exe, "registry", "--no-http"], env=env, stderr=subprocess.DEVNULL)
+                for _ in range(processes)
+            ]
+            group = f"{topics.prefix}.registry"
+            first: tuple[float, int] | None = None
+            done = 0
+            while done < count:
+                await asyncio.sleep(0.25)
+                done = _committed_total(kafka, group, topics.registrations)
+                if first is None and done > 0:
+                    first = (time.perf_counter(), done)
+                if any(p.poll() is not None for p in procs):
+                    raise RuntimeError("a registry process exited")
+            ended = time.perf_counter()
+            assert first is not None
+            steady = (count - first[1]) / (ended - first[0]) if ended > first[0] else 0.0
+            return {
+                "count": count,
+                "processes": processes,
+                "batch": batch,
+                "seconds_from_spawn": round(ended - started, 3),
+                "per_second_from_spawn": round(count / (ended - started)),
+                "per_second_steady": round(steady),
+            }
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            for p in procs:
+                p.wait(60)
 
 
 async def main() -> None:
