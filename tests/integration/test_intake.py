@@ -115,8 +115,17 @@ async def store(db_dsn: str) -> AsyncIterator[RegistryStore]:
 
 
 async def _run_intake_until(
-    settings: Any, store: RegistryStore, done: Any, timeout_s: float = 60
+    settings: Any, store: RegistryStore, committed: int, timeout_s: float = 60
 ) -> None:
+    """Run an intake until `committed` offsets of the registrations topic are committed."""
+
+    async def done() -> bool:
+        group = intake_group(settings)
+        prefix = settings.topic_prefix
+        return sum(_committed(settings.effective_kafka, group, f"{prefix}.registrations")) == (
+            committed
+        )
+
     intake = make_intake(store, settings)
     stop = asyncio.Event()
     task = asyncio.create_task(intake.run(stop))
@@ -179,10 +188,7 @@ async def test_mixed_batch_lands_valid_and_rejects_invalid(
     )
     total = len(good) + len(bad)
 
-    async def done() -> bool:
-        return sum(_committed(stack.kafka, intake_group(settings), topics.registrations)) == total
-
-    await _run_intake_until(settings, store, done)
+    await _run_intake_until(settings, store, total)
     jobs = await _jobs(db_dsn, tenant)
     assert set(jobs) == {key for key, _ in good}
     assert all(j["status"] == "active" and j["version"] == 1 for j in jobs.values())
@@ -235,12 +241,7 @@ async def test_per_job_order_and_versions(
         dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=16
     )
 
-    async def done() -> bool:
-        return sum(_committed(stack.kafka, intake_group(settings), topics.registrations)) == len(
-            messages
-        )
-
-    await _run_intake_until(settings, store, done)
+    await _run_intake_until(settings, store, len(messages))
     jobs = await _jobs(db_dsn, tenant)
     assert (jobs["v"]["schedule"], jobs["v"]["version"]) == ("3 * * * *", 3)
     assert (jobs["seq"]["schedule"], jobs["seq"]["status"], jobs["seq"]["version"]) == (
@@ -361,12 +362,7 @@ async def test_a_batch_refused_by_the_database_rejects_only_the_culprit(
     )
     poisoned = _PoisonedStore(store.pool, shards=16)
 
-    async def done() -> bool:
-        return sum(_committed(stack.kafka, intake_group(settings), topics.registrations)) == len(
-            messages
-        )
-
-    await _run_intake_until(settings, poisoned, done)
+    await _run_intake_until(settings, poisoned, len(messages))
     assert set(await _jobs(db_dsn, tenant)) == {f"j{i}" for i in range(5)}
     rejected = [orjson.loads(m.value()) for m in _drain(stack.kafka, topics.rejected, expect=1)]
     assert [r["reason"] for r in rejected] == [
