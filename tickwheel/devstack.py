@@ -241,7 +241,7 @@ def probe_kafka(bootstrap: str, round_trip_topic: str | None = None) -> str | No
     from tickwheel.kafka import admin_client, round_trip
 
     try:
-        md = admin_client(bootstrap).list_topics(timeout=HEALTH_PROBE_TIMEOUT_S)
+        md = admin_client(bootstrap, quiet=True).list_topics(timeout=HEALTH_PROBE_TIMEOUT_S)
         if not md.brokers:
             return "metadata lists no broker"
         if round_trip_topic is not None:

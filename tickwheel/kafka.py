@@ -54,8 +54,12 @@ def consumer(bootstrap: str, group_id: str, **overrides: Any) -> Consumer:
     return Consumer(config)
 
 
-def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+def admin_client(bootstrap: str, quiet: bool = False) -> AdminClient:
+    """`quiet`: no librdkafka log lines (a health probe reports one reason of its own)."""
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    if quiet:
+        config["log_level"] = 0
+    return AdminClient(config)
 
 
 def create_topics(
