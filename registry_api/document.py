@@ -10,6 +10,7 @@ form; nothing is silently dropped or defaulted away.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 import threading
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from tickwheel.schedule import ScheduleCache, ScheduleError, parse_at
 from tickwheel.sharding import shard_of
+
+log = logging.getLogger(__name__)
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
@@ -151,9 +154,6 @@ class JobSpec:
         if not self._stored:
             self._stored.append(self.document.model_dump(mode="json"))
         return self._stored[0]
-
-    def document_json(self) -> dict[str, Any]:
-        return self.stored_document
 
     def next_fire_after(self, after_ms: int) -> int | None:
         """First scheduled instant strictly after `after_ms` (a one-off: its instant, once)."""
@@ -298,7 +298,28 @@ def _free_text_problems(doc: JobDocument) -> list[FieldProblem]:
 
 
 def validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) -> JobSpec:
-    """Everything about a document that needs context; raises JobValidationError."""
+    """Everything about a document that needs context; raises only JobValidationError.
+
+    Both intake paths rely on that: anything else escaping here would be a 500 over HTTP and a
+    stalled partition in the Kafka intake. An unforeseen error is therefore input the checks
+    failed to name: it is refused as such, and logged as the bug it is.
+    """
+    try:
+        return _validate_job(tenant, doc, limits, now_ms)
+    except JobValidationError:
+        raise
+    except Exception as exc:
+        log.exception("validate_job raised %s instead of JobValidationError", type(exc).__name__)
+        raise JobValidationError(
+            [
+                FieldProblem(
+                    "", f"the job document could not be validated ({type(exc).__name__}: {exc})"
+                )
+            ]
+        ) from None
+
+
+def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) -> JobSpec:
     # First what the store could not write: these would fail the whole batch's transaction
     # (or orjson.dumps below) instead of rejecting the one document.
     problems = _free_text_problems(doc)

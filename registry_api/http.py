@@ -49,7 +49,6 @@ from tickwheel.registry_api.document import (
     Dst,
     FieldProblem,
     JobDocument,
-    JobSpec,
     JobValidationError,
     Limits,
     Misfire,
@@ -230,25 +229,6 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             merged[key] = merge_patch(merged.get(key), value)
     return merged
-
-
-def check_job(tenant: str, doc: JobDocument, limits: Limits, now: int) -> JobSpec:
-    """`validate_job`, with anything but a JobValidationError turned into a 422, not a 500."""
-    try:
-        return validate_job(tenant, doc, limits, now)
-    except JobValidationError:
-        raise
-    except Exception as exc:
-        # validate_job is pure: anything else it raises is input it failed to name. Say so
-        # (and log it, it is a bug) instead of answering 500 for bad input.
-        log.exception("validate_job raised %s instead of JobValidationError", type(exc).__name__)
-        raise JobValidationError(
-            [
-                FieldProblem(
-                    "", f"the job document could not be validated ({type(exc).__name__}: {exc})"
-                )
-            ]
-        ) from None
 
 
 def _field(loc: tuple[int | str, ...]) -> str:
@@ -639,7 +619,7 @@ def create_app(
         },
     )
     async def upsert_job(doc: JobDocument, tenant: Tenant) -> Response:
-        spec = check_job(tenant, doc, limits, clock())
+        spec = validate_job(tenant, doc, limits, clock())
         outcome = await apply_one(Op("upsert", tenant, doc.id, spec=spec))
         view = await store.get(tenant, doc.id)
         if view is None:
@@ -724,8 +704,8 @@ def create_app(
                         )
                     ]
                 )
-            spec = check_job(tenant, parse_document(merged), limits, clock())
-            if spec.document_json() == view.document:
+            spec = validate_job(tenant, parse_document(merged), limits, clock())
+            if spec.stored_document == view.document:
                 return job_response(view)
             # The version we read must still be current when we write: a concurrent change
             # (or a delete) makes this write stale, and the merge is redone on the new state.

@@ -152,10 +152,6 @@ class RegistrationIntake:
         self._io.shutdown(wait=True)
         self._cpu.shutdown(wait=True)
 
-    async def process(self, messages: Sequence[Message]) -> BatchReport:
-        """Steps 1 to 4 of the module docstring for one batch."""
-        return await self.commit(await self.prepare(messages))
-
     async def prepare(self, messages: Sequence[Message]) -> _Prepared:
         """Step 1: decode and validate; no write happens here.
 
@@ -266,13 +262,7 @@ class RegistrationIntake:
         source = (msg.partition() or 0, msg.offset() or 0)
         if reg.op == "upsert":
             doc = parse_document(reg.job)
-            try:
-                spec = validate_job(reg.tenant, doc, self.limits, now_ms)
-            except JobValidationError:
-                raise
-            except Exception as exc:  # input validate_job failed to name: reject, log the bug
-                log.exception("validate_job raised %s", type(exc).__name__)
-                raise EnvelopeError(f"the job document could not be validated: {exc}") from None
+            spec = validate_job(reg.tenant, doc, self.limits, now_ms)
             return Op("upsert", reg.tenant, doc.id, spec=spec, version=reg.version, source=source)
         assert reg.id is not None
         return Op(reg.op, reg.tenant, reg.id, version=reg.version, source=source)

@@ -129,7 +129,7 @@ def apply(
 
     if op.kind == "upsert":
         assert op.spec is not None, "an upsert carries its validated spec"
-        document = op.spec.document_json()
+        document = op.spec.stored_document
         if current is not None and live and current.document == document and op.version is None:
             return current, Outcome.UNCHANGED
         first = op.spec.first_run_at(now_ms)

@@ -39,7 +39,7 @@ def _problems(doc: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> dict[str,
 def test_defaults_are_filled_in() -> None:
     """a minimal document gets every default of DESIGN §7"""
     spec = validate_job("acme", parse_document(BASE), Limits(), NOW)
-    doc = spec.document_json()
+    doc = spec.stored_document
     assert doc["priority"] == "normal" and doc["max_attempts"] == 5
     assert doc["backoff"] == {"base_ms": 10_000, "cap_ms": 600_000}
     assert doc["misfire"] == {"policy": "run_once", "grace_ms": 60_000, "max_catchup": 10}
