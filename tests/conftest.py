@@ -12,6 +12,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -69,41 +70,47 @@ async def _admin(dsn: str, statement: str) -> None:
         await conn.close()
 
 
+@contextmanager
+def _database(stack: Addresses, prefix: str, template: str | None = None) -> Iterator[str]:
+    """A new database (a copy of `template`, if given) for the block; yields its name."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    clause = f' TEMPLATE "{template}"' if template else ""
+    asyncio.run(_admin(stack.dsn, f'CREATE DATABASE "{name}"{clause}'))
+    try:
+        yield name
+    finally:
+        asyncio.run(_admin(stack.dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
 @pytest.fixture(scope="session")
 def template_db(stack: Addresses) -> Iterator[str]:
     """A migrated database that every test module's database is cloned from."""
-    name = f"tw_template_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_admin(stack.dsn, f'CREATE DATABASE "{name}"'))
 
-    async def migrate() -> None:
-        conn = await asyncpg.connect(_with_database(stack.dsn, name))
+    async def migrate(dsn: str) -> None:
+        conn = await asyncpg.connect(dsn)
         try:
             await dbmod.migrate(conn)
             await dbmod.ensure_partitions(conn)
         finally:
             await conn.close()
 
-    asyncio.run(migrate())
-    yield name
-    asyncio.run(_admin(stack.dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with _database(stack, "tw_template") as name:
+        asyncio.run(migrate(_with_database(stack.dsn, name)))
+        yield name
 
 
 @pytest.fixture(scope="module")
 def db_dsn(stack: Addresses, template_db: str) -> Iterator[str]:
     """DSN of a fresh, migrated database for this test module only."""
-    name = f"tw_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(stack.dsn, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"'))
-    yield _with_database(stack.dsn, name)
-    asyncio.run(_admin(stack.dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with _database(stack, "tw", template=template_db) as name:
+        yield _with_database(stack.dsn, name)
 
 
 @pytest.fixture
 def empty_db_dsn(stack: Addresses) -> Iterator[str]:
     """DSN of a brand-new database with no schema at all."""
-    name = f"tw_empty_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_admin(stack.dsn, f'CREATE DATABASE "{name}"'))
-    yield _with_database(stack.dsn, name)
-    asyncio.run(_admin(stack.dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with _database(stack, "tw_empty") as name:
+        yield _with_database(stack.dsn, name)
 
 
 @pytest.fixture

@@ -37,7 +37,10 @@ def test_jvms_are_apache_kafka_and_zookeeper_from_maven_jars(stack: Addresses) -
 
     dev = DevStack(load_settings(), echo=lambda _l: None)
     if not (dev.manages("kafka") and dev.manages("zookeeper")):
-        pytest.skip("services given by the environment; nothing of ours to inspect")
+        # Given by the environment: `dev` must start none of them and say where they come from.
+        given = [st for st in dev.status(round_trip=False) if not dev.manages(st.name)]
+        assert given and all(st.detail == "given by the environment" for st in given), given
+        return
     kafka_cmd = _cmdline(_read_pid(dev.run / "kafka.pid") or -1)
     zk_cmd = _cmdline(_read_pid(dev.run / "zookeeper.pid") or -1)
     assert " kafka.Kafka " in kafka_cmd and "jars/kafka/*" in kafka_cmd
