@@ -23,17 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import asyncpg
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer
 
 from tickwheel.envelopes import EnvelopeError, Registration, Rejection
 from tickwheel.faults import crash_point
+from tickwheel.kafka import BatchConsumer, Outgoing, PublishError, publish_confirmed
 from tickwheel.registry_api.document import (
     JobValidationError,
     Limits,
@@ -45,11 +44,6 @@ from tickwheel.registry_api.store import Applied, RegistryStore
 
 log = logging.getLogger("tickwheel.registry.intake")
 
-POLL_TIMEOUT_S = 0.5
-# After the first message arrives, keep collecting for up to this long to fill the batch: a
-# transaction per few messages would cost more than the wait.
-BATCH_LINGER_S = 0.05
-DELIVERY_TIMEOUT_S = 30.0
 RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # seconds, then stays at the last
 REFUSED = {Outcome.NOT_FOUND: "no such job", Outcome.CONFLICT: "not allowed in the job's status"}
 # SQLSTATE classes that mean "this data", not "this moment": data exception, integrity
@@ -97,20 +91,13 @@ class RegistrationIntake:
     ) -> None:
         self.store = store
         self.limits = limits
-        self.consumer = consumer
+        self.source = BatchConsumer(consumer, [registrations_topic], batch_size, name="intake")
         self.producer = producer
         self.rejected_topic = rejected_topic
-        self.batch_size = batch_size
-        self.consumer.subscribe([registrations_topic])
         self._tenants: set[str] = set()
         # Called with each settled batch's report (metrics, benchmarks).
         self.on_batch: Callable[[BatchReport], None] | None = None
-        # confluent-kafka calls block; one thread keeps every consumer call on one thread.
-        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-kafka")
         self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-validate")
-
-    async def _kafka(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume and apply until `stop`; two batches in flight at most.
@@ -123,9 +110,7 @@ class RegistrationIntake:
         failures = 0
         inflight: tuple[list[Message], asyncio.Task[BatchReport]] | None = None
         while inflight is not None or not stop.is_set():
-            messages: list[Message] = (
-                [] if stop.is_set() else await self._kafka(self._consume_batch)
-            )
+            messages: list[Message] = [] if stop.is_set() else await self.source.batch()
             prepared = await self.prepare(messages) if messages else None
             if inflight is not None:
                 batch, task = inflight
@@ -139,7 +124,7 @@ class RegistrationIntake:
                 except Exception:
                     log.exception("registration batch failed; rewinding to retry it")
                     # The batch consumed meanwhile lies after the failed one: drop it too.
-                    await self._kafka(self._rewind, [*batch, *messages])
+                    await self.source.rewind([*batch, *messages])
                     await asyncio.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S) - 1)])
                     failures += 1
                     continue
@@ -148,8 +133,7 @@ class RegistrationIntake:
 
     async def close(self) -> None:
         # close() commits the stored offsets (and only those) and leaves the group.
-        await self._kafka(self.consumer.close)
-        self._io.shutdown(wait=True)
+        await self.source.close()
         self._cpu.shutdown(wait=True)
 
     async def prepare(self, messages: Sequence[Message]) -> _Prepared:
@@ -172,11 +156,6 @@ class RegistrationIntake:
         prepared = _Prepared(list(messages))
         registrations: list[tuple[Message, Registration]] = []
         for msg in messages:
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise RuntimeError(f"consumer error: {err}")
             try:
                 registrations.append((msg, Registration.decode(msg.value() or b"")))
             except EnvelopeError as exc:
@@ -235,10 +214,11 @@ class RegistrationIntake:
                     )
         crash_point("intake_after_db")
         if rejected:
-            await self._kafka(self._publish_rejections, rejected)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self._publish_rejections, rejected)
             report.rejected = len(rejected)
         crash_point("intake_before_offsets")
-        await self._kafka(self._store_offsets, prepared.messages)
+        await self.source.store_offsets(prepared.messages)
         return report
 
     async def _apply_singly(
@@ -267,69 +247,22 @@ class RegistrationIntake:
         assert reg.id is not None
         return Op(reg.op, reg.tenant, reg.id, version=reg.version, source=source)
 
-    # Kafka side (runs on the intake thread) ----------------------------------------------------
-
-    def _consume_batch(self) -> list[Message]:
-        messages: list[Message] = self.consumer.consume(self.batch_size, POLL_TIMEOUT_S)
-        deadline = time.monotonic() + BATCH_LINGER_S
-        while messages and len(messages) < self.batch_size:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            more = self.consumer.consume(self.batch_size - len(messages), left)
-            if not more:
-                break
-            messages.extend(more)
-        return messages
+    # Kafka side ------------------------------------------------------------------------------
 
     def _publish_rejections(self, rejected: list[_Rejected]) -> None:
-        failures: list[str] = []
-
-        def on_delivery(err: Any, _msg: Any) -> None:
-            if err is not None:
-                failures.append(str(err))
-
-        for item in rejected:
-            msg = item.message
-            body = Rejection(
-                reason=item.reason,
-                partition=msg.partition() or 0,
-                offset=msg.offset() or 0,
-                original=msg.value() or b"",
+        outgoing = [
+            Outgoing(
+                self.rejected_topic,
+                key=item.message.key(),
+                value=Rejection(
+                    reason=item.reason,
+                    partition=item.message.partition() or 0,
+                    offset=item.message.offset() or 0,
+                    original=item.message.value() or b"",
+                ).encode(),
             )
-            self.producer.produce(
-                self.rejected_topic, key=msg.key(), value=body.encode(), on_delivery=on_delivery
-            )
-            self.producer.poll(0)
-        remaining = self.producer.flush(DELIVERY_TIMEOUT_S)
-        if remaining or failures:
-            raise RuntimeError(
-                f"rejections not acknowledged: {remaining} pending, failures: {failures[:3]}"
-            )
-
-    def _store_offsets(self, messages: Sequence[Message]) -> None:
-        last: dict[tuple[str, int], int] = {}
-        for msg in messages:
-            if msg.error() is None:
-                key = (msg.topic() or "", msg.partition() or 0)
-                last[key] = max(last.get(key, -1), msg.offset() or 0)
-        offsets = [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
-        if offsets:
-            try:
-                self.consumer.store_offsets(offsets=offsets)
-            except Exception:
-                # The partition was revoked meanwhile; its new owner redelivers from the last
-                # committed offset and the job positions make that a no-op.
-                log.warning("could not store offsets (partition revoked?)", exc_info=True)
-
-    def _rewind(self, messages: Sequence[Message]) -> None:
-        first: dict[tuple[str, int], int] = {}
-        for msg in messages:
-            if msg.error() is None:
-                key = (msg.topic() or "", msg.partition() or 0)
-                first[key] = min(first.get(key, msg.offset() or 0), msg.offset() or 0)
-        for (topic, partition), offset in first.items():
-            try:
-                self.consumer.seek(TopicPartition(topic, partition, offset))
-            except Exception:
-                log.warning("could not rewind %s[%d]", topic, partition, exc_info=True)
+            for item in rejected
+        ]
+        failed = publish_confirmed(self.producer, outgoing)
+        if failed:
+            raise PublishError(failed)

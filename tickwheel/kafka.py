@@ -8,17 +8,31 @@ never committed per message synchronously, and never ahead of the database.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+log = logging.getLogger("tickwheel.kafka")
+
 AUTO_COMMIT_INTERVAL_MS = 1000
 TOPIC_CREATE_TIMEOUT_S = 30.0
+POLL_TIMEOUT_S = 0.5  # how long one `batch()` waits for a first message
+# After the first message arrives, keep collecting for up to this long to fill the batch: a
+# database transaction per few messages would cost more than the wait.
+BATCH_LINGER_S = 0.05
+DELIVERY_TIMEOUT_S = 30.0  # how long a confirmed publish waits for the broker's acks
+QUEUE_FULL_WAIT_S = 0.1  # producer queue full: serve delivery reports this long, then retry
+
+T = TypeVar("T")
 
 
 def producer(bootstrap: str, **overrides: Any) -> Producer:
@@ -134,3 +148,202 @@ def round_trip(bootstrap: str, topic: str, timeout_s: float = 30.0) -> float:
         raise TimeoutError(f"message produced to {topic} not consumed back within {timeout_s}s")
     finally:
         cons.close()
+
+
+# --- the batch loop's parts: a consumer driven from asyncio, and a confirmed publish ---------
+
+
+class BatchConsumer:
+    """A group consumer for asyncio code: batches in, offsets stored explicitly (I5).
+
+    confluent-kafka's calls block, and a consumer must be used from one thread, so every call
+    goes through one I/O thread of our own. The discipline every Kafka → Postgres loop follows:
+
+        messages = await c.batch()          # up to `batch_size`, lingering to fill the batch
+        ... write to the database ...
+        await c.store_offsets(messages)     # only after the write landed; committed in the
+                                            # background, never per message synchronously
+        (on a failed write: await c.rewind(messages) and retry them after a back-off)
+
+    Consumer errors: end-of-partition is dropped; a fatal error raises `KafkaException` (the
+    process's runner then stops the process); other errors are transient (librdkafka retries
+    by itself) and are logged, never raised into the loop.
+    """
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        topics: Sequence[str],
+        batch_size: int,
+        *,
+        linger_s: float = BATCH_LINGER_S,
+        poll_timeout_s: float = POLL_TIMEOUT_S,
+        on_assign: Callable[[Consumer, list[TopicPartition]], None] | None = None,
+        on_revoke: Callable[[Consumer, list[TopicPartition]], None] | None = None,
+        name: str = "kafka",
+    ) -> None:
+        self.consumer = consumer
+        self.batch_size = batch_size
+        self.linger_s = linger_s
+        self.poll_timeout_s = poll_timeout_s
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-io")
+        hooks: dict[str, Any] = {}
+        if on_assign is not None:
+            hooks["on_assign"] = on_assign
+        if on_revoke is not None:
+            hooks["on_revoke"] = on_revoke
+        # Rebalance callbacks run inside consume(), hence on the I/O thread too.
+        self._io.submit(consumer.subscribe, list(topics), **hooks).result()
+        self.last_batch_at: float | None = None  # time.time() of the last non-empty batch
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(*args)` on the I/O thread (pause, resume, assignment, ...)."""
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    async def batch(self) -> list[Message]:
+        """The next messages (possibly none after `poll_timeout_s`), errors filtered out."""
+        messages = await self.call(self._consume)
+        if messages:
+            self.last_batch_at = time.time()
+        return messages
+
+    async def store_offsets(self, messages: Sequence[Message]) -> None:
+        """Mark `messages` done: each partition's offset moves past its highest message."""
+        await self.call(self._store, messages)
+
+    async def rewind(self, messages: Sequence[Message]) -> None:
+        """Seek each partition back to its first message in `messages`, to consume them again."""
+        await self.call(self._rewind, messages)
+
+    async def assignment(self) -> list[TopicPartition]:
+        result: list[TopicPartition] = await self.call(self.consumer.assignment)
+        return result
+
+    async def close(self) -> None:
+        """Commit the stored offsets (and only those), leave the group, stop the I/O thread."""
+        await self.call(self.consumer.close)
+        self._io.shutdown(wait=True)
+
+    # On the I/O thread ---------------------------------------------------------------------
+
+    def _consume(self) -> list[Message]:
+        raw: list[Message] = self.consumer.consume(self.batch_size, self.poll_timeout_s)
+        deadline = time.monotonic() + self.linger_s
+        while raw and len(raw) < self.batch_size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            more = self.consumer.consume(self.batch_size - len(raw), left)
+            if not more:
+                break
+            raw.extend(more)
+        return [m for m in raw if _usable(m)]
+
+    def _store(self, messages: Sequence[Message]) -> None:
+        offsets = [TopicPartition(t, p, o + 1) for (t, p), o in _edges(messages, max).items()]
+        if offsets:
+            try:
+                self.consumer.store_offsets(offsets=offsets)
+            except KafkaException:
+                # The partition was revoked meanwhile; its new owner redelivers from the last
+                # committed offset, and every loop's database write is idempotent for that.
+                log.warning("could not store offsets (partition revoked?)", exc_info=True)
+
+    def _rewind(self, messages: Sequence[Message]) -> None:
+        for (topic, partition), offset in _edges(messages, min).items():
+            try:
+                self.consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException:
+                log.warning("could not rewind %s[%d]", topic, partition, exc_info=True)
+
+
+def _usable(msg: Message) -> bool:
+    err = msg.error()
+    if err is None:
+        return True
+    if err.code() == KafkaError._PARTITION_EOF:
+        return False
+    if err.fatal():
+        raise KafkaException(err)
+    log.warning("consumer error (transient, librdkafka retries): %s", err)
+    return False
+
+
+def _edges(
+    messages: Sequence[Message], pick: Callable[[int, int], int]
+) -> dict[tuple[str, int], int]:
+    """Per (topic, partition), the lowest (pick=min) or highest (pick=max) offset."""
+    edges: dict[tuple[str, int], int] = {}
+    for msg in messages:
+        key = (msg.topic() or "", msg.partition() or 0)
+        offset = msg.offset() or 0
+        edges[key] = pick(edges.get(key, offset), offset)
+    return edges
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One message to produce: topic, key, value and headers."""
+
+    topic: str
+    value: bytes
+    key: bytes | str | None = None
+    headers: list[tuple[str, str | bytes | None]] | None = None
+
+
+class PublishError(RuntimeError):
+    """Some messages of a confirmed publish were not acknowledged; `failed` maps index → error."""
+
+    def __init__(self, failed: dict[int, str]) -> None:
+        sample = "; ".join(f"#{i}: {e}" for i, e in list(failed.items())[:3])
+        super().__init__(f"{len(failed)} message(s) not acknowledged: {sample}")
+        self.failed = failed
+
+
+def publish_confirmed(
+    producer: Producer, messages: Sequence[Outgoing], timeout_s: float = DELIVERY_TIMEOUT_S
+) -> dict[int, str]:
+    """Produce `messages` and wait for the broker's acks; blocking (call it off the loop).
+
+    Returns {index: error} of the messages that were not acknowledged (refused, too large, or
+    still unacknowledged after `timeout_s`); empty when all landed. A full local queue is
+    waited out, never turned into a drop.
+    """
+    failed: dict[int, str] = {}
+    acked: set[int] = set()
+
+    def report(index: int) -> Callable[[Any, Any], None]:
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is None:
+                acked.add(index)
+            else:
+                failed[index] = str(err)
+
+        return on_delivery
+
+    deadline = time.monotonic() + timeout_s
+    for index, out in enumerate(messages):
+        while True:
+            try:
+                producer.produce(
+                    out.topic,
+                    key=out.key,
+                    value=out.value,
+                    headers=out.headers,
+                    on_delivery=report(index),
+                )
+                break
+            except BufferError:
+                if time.monotonic() > deadline:
+                    failed[index] = "local producer queue full"
+                    break
+                producer.poll(QUEUE_FULL_WAIT_S)
+            except KafkaException as exc:  # e.g. MSG_SIZE_TOO_LARGE, refused before sending
+                failed[index] = str(exc.args[0])
+                break
+        producer.poll(0)
+    producer.flush(max(0.0, deadline - time.monotonic()))
+    for index in range(len(messages)):
+        if index not in acked and index not in failed:
+            failed[index] = f"not acknowledged within {timeout_s:.0f}s"
+    return failed

@@ -1,0 +1,149 @@
+"""The words of the domain, written once: statuses, priorities, ops, origins, identities.
+
+Every module that spells a status, a priority or a run key imports it from here (the policy
+values of schedules live in `tickwheel.schedule`, re-exported below). Values are `StrEnum`s, so
+they compare equal to the strings stored in Postgres and carried in JSON.
+
+A run's life (the `job_runs` row). The scheduler (shards/) owns the transitions marked L,
+the workers (workers/) those marked W, operators (`tickwheel dlq replay`) the one marked O:
+
+    from        to          by  when
+    (due)       pending     L   the fenced claim creates the row (attempt 1) with a publish lease
+    (due)       skipped     L   misfire or overlap policy; `skip_reason` says which
+    pending     published   L   the broker acknowledged the envelope (`published_at`)
+    pending,    pending     L   the publish lease lapsed before a worker started it: re-published,
+    published                   same attempt, new lease (the sweeper)
+    pending,    running     W   a worker's claim, WHERE attempt = the envelope's attempt (I4)
+    published
+    running     succeeded   W   the handler returned
+    running     retrying    W   a retryable failure while attempt < max_attempts (`retry_at`)
+    running     dead        W   PermanentError, or a failure with the attempts spent (then DLQ)
+    running     pending     L   the worker's lease lapsed (it died): attempt + 1, re-published;
+    running     dead        L   … or dead (and DLQ) when attempt = max_attempts
+    retrying    pending     L   retry_at reached: re-claimed through the wheel, attempt + 1 (I6)
+    dead        retrying    O   replay: due now, max_attempts = attempt + the fresh budget
+
+- `attempt` counts dispatches: the first dispatch is attempt 1. Every envelope carries the
+  attempt it dispatches; a worker claims a run only `WHERE attempt = <envelope attempt> AND
+  status IN ('pending', 'published')` (I4), and writes its result only `WHERE attempt =
+  <claimed attempt> AND status = 'running'`, so a stale or duplicate delivery changes nothing.
+- Terminal: `succeeded`, `dead`, `skipped`. Only an operator's replay moves `dead` back to
+  `retrying` (with a fresh attempt budget), under the same run key.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+from tickwheel.schedule import DstGap, DstOverlap, MisfirePolicy, OverlapPolicy
+
+__all__ = [
+    "IN_FLIGHT",
+    "PRIORITIES",
+    "TERMINAL",
+    "DstGap",
+    "DstOverlap",
+    "JobKind",
+    "JobStatus",
+    "MisfirePolicy",
+    "OverlapPolicy",
+    "Priority",
+    "RegistrationOp",
+    "RunKeyError",
+    "RunOrigin",
+    "RunStatus",
+    "job_key",
+    "parse_run_key",
+    "run_key",
+]
+
+
+class JobStatus(StrEnum):
+    """`jobs.status`: the job state machine lives in registry_api/state.py."""
+
+    ACTIVE = "active"
+    PAUSED = "paused"
+    COMPLETED = "completed"  # a one-off job whose occurrence was claimed
+    DELETED = "deleted"
+
+
+class JobKind(StrEnum):
+    CRON = "cron"
+    ONCE = "once"
+
+
+class RunStatus(StrEnum):
+    """`job_runs.status`: the run lifecycle in this module's docstring."""
+
+    PENDING = "pending"
+    PUBLISHED = "published"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    RETRYING = "retrying"
+    DEAD = "dead"
+    SKIPPED = "skipped"
+
+
+TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.DEAD, RunStatus.SKIPPED})
+# A run that still occupies its job for the overlap policies.
+IN_FLIGHT = frozenset(
+    {RunStatus.PENDING, RunStatus.PUBLISHED, RunStatus.RUNNING, RunStatus.RETRYING}
+)
+
+
+class Priority(StrEnum):
+    """A job's priority: which `runs.<priority>` topic its runs go to."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+
+PRIORITIES: tuple[str, ...] = tuple(p.value for p in Priority)
+
+
+class RegistrationOp(StrEnum):
+    """The `op` of a message on the registrations topic."""
+
+    UPSERT = "upsert"
+    DELETE = "delete"
+    PAUSE = "pause"
+    RESUME = "resume"
+
+
+class RunOrigin(StrEnum):
+    """How a run came to be (`job_runs.origin`)."""
+
+    SCHEDULE = "schedule"
+    TRIGGER = "trigger"
+    BACKFILL = "backfill"
+    REPLAY = "replay"
+
+
+# --- identities ----------------------------------------------------------------------------
+
+
+class RunKeyError(ValueError):
+    """A string that is not a run key."""
+
+
+_RUN_KEY_FORM = re.compile(r"^(?P<tenant>[^/@]+)/(?P<job_id>[^/@]+)@(?P<ms>-?\d+)$")
+
+
+def job_key(tenant: str, job_id: str) -> str:
+    """`<tenant>/<job_id>`: a job's identity across tenants (hashing, sharding, wheel keys)."""
+    return f"{tenant}/{job_id}"
+
+
+def run_key(tenant: str, job_id: str, scheduled_ms: int) -> str:
+    """`<tenant>/<job_id>@<unix_ms>`: the identity of one run everywhere (DESIGN §3)."""
+    return f"{tenant}/{job_id}@{scheduled_ms}"
+
+
+def parse_run_key(key: str) -> tuple[str, str, int]:
+    """(tenant, job_id, scheduled unix ms) of a run key, or RunKeyError naming the form."""
+    match = _RUN_KEY_FORM.match(key)
+    if not match:
+        raise RunKeyError(f"run_key must look like <tenant>/<job_id>@<unix_ms>, not {key!r}")
+    return match["tenant"], match["job_id"], int(match["ms"])
