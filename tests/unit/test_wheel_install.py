@@ -1,6 +1,6 @@
 """A wheel built from the tracked files builds quietly, ships every file, and runs on its own.
 
-Marked `unit` because it needs no service; it does spawn pip (about ten seconds in all). It
+Marked `unit` because it needs no service; it does spawn pip (a few seconds in all). It
 downloads nothing: the build uses this environment's setuptools (`--no-build-isolation`, hence
 `setuptools` in the dev extras), and the scratch environment borrows this one's installed
 dependencies through a `.pth` line while tickwheel itself comes only from the wheel.
