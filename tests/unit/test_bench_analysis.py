@@ -1,0 +1,134 @@
+"""The benchmark's accounting on crafted rows: percentiles, rates, duplicates, losses."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tickwheel.bench.analysis import (
+    RunRecord,
+    Spread,
+    cumulative,
+    finite,
+    lateness,
+    percentile,
+    summarize,
+)
+from tickwheel.bench.load import Handler, due_instants, expected_run_keys
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_800_000_000_000  # unix ms
+
+
+def row(
+    key: str, claimed: int, published: int | None, finished: int | None, **kw: object
+) -> RunRecord:
+    """A run row of job `key` due at T0, instants given in ms after T0."""
+    status = str(kw.get("status", "succeeded" if finished is not None else "published"))
+    return RunRecord(
+        run_key=f"bench/{key}@{T0}",
+        scheduled_ms=T0,
+        claimed_ms=T0 + claimed,
+        published_ms=None if published is None else T0 + published,
+        started_ms=None if finished is None else T0 + finished - 1,
+        finished_ms=None if finished is None else T0 + finished,
+        status=status,
+        attempt=int(str(kw.get("attempt", 1))),
+    )
+
+
+def test_percentile_is_nearest_rank() -> None:
+    """p50 of 1..10 is 5, p99 is 10, p10 is 1: always a value some run had"""
+    values = [float(v) for v in range(1, 11)]
+    assert percentile(values, 50) == 5.0
+    assert percentile(values, 99) == 10.0
+    assert percentile(values, 10) == 1.0
+    assert percentile([7.0], 99) == 7.0
+    with pytest.raises(ValueError):
+        percentile([], 50)
+
+
+def test_missing_runs_make_the_tail_infinite() -> None:
+    """runs that never got there count as infinitely late, so they cannot improve a percentile"""
+    spread = Spread.of([1.0] * 98, expected=100)
+    assert spread.count == 98
+    assert spread.p50_s == 1.0
+    assert math.isinf(spread.p99_s) and math.isinf(spread.max_s)
+    assert finite(spread.p99_s) is None
+    assert finite(1.23456) == 1.235
+
+
+def test_clean_burst() -> None:
+    """every expected run claimed, published once and completed: no duplicates, none lost"""
+    keys = [f"bench/j{i}@{T0}" for i in range(4)]
+    rows = [row(f"j{i}", 100 * i, 200 + 100 * i, 1000 + 1000 * i) for i in range(4)]
+    summary = summarize(keys, rows, {k: 1 for k in keys}, T0)
+    assert (summary.duplicates, summary.lost, summary.not_completed) == (0, 0, 0)
+    assert summary.published.p50_s == 0.3  # published: 0.2, 0.3, 0.4, 0.5 s
+    assert summary.published.max_s == 0.5
+    assert summary.completed.p99_s == 4.0
+    assert summary.claimed_per_s == pytest.approx(4 / 0.3)
+    assert summary.throughput_per_s == pytest.approx(4 / 4.0)
+    assert summary.statuses == {"succeeded": 4}
+
+
+def test_duplicates_and_losses_from_rows_and_messages() -> None:
+    """a message twice, a row nobody expected, a run without row and one never published"""
+    keys = [f"bench/j{i}@{T0}" for i in range(4)]
+    rows = [
+        row("j0", 0, 10, 20),
+        row("j1", 0, 10, 20, attempt=2),
+        row("j2", 0, None, None, status="pending"),  # a row, never on a topic
+        # j3: no row at all, though a message names it (published then rolled back? lost)
+        row("other", 0, 10, 20),  # a run key nobody registered
+    ]
+    deliveries = {keys[0]: 2, keys[1]: 1, keys[3]: 1, f"bench/other@{T0}": 1}
+    s = summarize(keys, rows, deliveries, T0)
+    assert s.duplicate_messages == 1 + 1  # j0's second message, and the unexpected key's
+    assert s.unexpected_rows == 1
+    assert s.duplicates == 3
+    assert s.lost == 2  # j2 (no message) and j3 (no row)
+    assert s.lost_keys_sample == [keys[2], keys[3]]
+    assert s.reattempted == 1
+    assert s.not_completed == 2
+    assert s.published.count == 2 and math.isinf(s.published.p99_s)
+
+
+def test_lateness_is_against_each_runs_own_instant() -> None:
+    """steady load: lateness is published (started) minus that run's scheduled instant"""
+    records = [
+        RunRecord(f"bench/j{i}@{T0 + 1000 * i}", T0 + 1000 * i, T0 + 1000 * i,
+                  T0 + 1000 * i + 50 * (i + 1), T0 + 1000 * i + 100 * (i + 1), None,
+                  "running", 1)
+        for i in range(10)
+    ]  # fmt: skip
+    late = lateness([r.run_key for r in records], records)
+    assert late.published.p50_s == 0.25
+    assert late.published.max_s == 0.5
+    assert late.started.p99_s == 1.0
+    assert late.published_p999_s == 0.5
+
+
+def test_due_instants_and_run_keys_of_a_spread_burst() -> None:
+    """jobs spread over [T0, T0 + spread): evenly, the first at T0, run keys from job ids"""
+    dues = due_instants(4, T0, 1000)
+    assert dues == [T0, T0 + 250, T0 + 500, T0 + 750]
+    assert due_instants(3, T0, 0) == [T0] * 3
+    assert expected_run_keys(dues[:1]) == [f"bench/hot-0000000@{T0}"]
+
+
+def test_handler_option() -> None:
+    """--handler takes noop or sleep:MS and refuses anything else naming the form"""
+    assert Handler.parse("noop").name == "bench.noop"
+    assert Handler.parse("sleep:25").payload == {"ms": 25}
+    with pytest.raises(ValueError, match="noop or sleep:MS"):
+        Handler.parse("sleep:abc")
+
+
+def test_cumulative_curve() -> None:
+    """the plot's curve: sorted seconds since the origin, counting up, missing ones left out"""
+    xs, ys = cumulative([T0 + 2000, None, T0 + 500], T0)
+    assert xs == [0.5, 2.0]
+    assert ys == [1, 2]

@@ -1,0 +1,201 @@
+"""What a burst benchmark's rows and topics say: percentiles, throughput, duplicates and losses.
+
+Pure functions over plain values, so the accounting is unit-tested on crafted data
+(tests/unit/test_bench_analysis.py) and the harness only gathers the inputs:
+
+- `expected`: the run keys the registered jobs must produce (one per one-off job);
+- `rows`: one `RunRecord` per `job_runs` row of the scratch database, its instants in unix ms;
+- `deliveries`: how many messages each run key has on the run topics (from the `run_key`
+  header), whatever the status of its row.
+
+Definitions (docs/BENCHMARKS.md repeats them beside the figures):
+
+- *published*, *completed*: `published_at`, `finished_at` of a succeeded row, minus T0 (the
+  instant the burst's jobs are due), in seconds. A run not published (not completed) when the
+  benchmark stopped counts as infinitely late: percentiles are over all expected runs, so a
+  missing 2 % shows as an infinite p99, never as a better one.
+- *duplicates*: messages on the run topics beyond the first per run key, plus messages and
+  rows of run keys nobody expected (a one-off job runs once). Strict on purpose: a re-publish
+  the workers would have skipped still counts.
+- *lost*: expected run keys that have no row, or no message on the run topics.
+- *reattempted*: rows with `attempt > 1` (a worker's lease lapsed, or a retry).
+- *claimed per second*: expected runs / (last claim - T0); a claim is the row's `created_at`,
+  the start of the claim transaction that inserted it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tickwheel.domain import RunStatus
+
+MS_PER_S = 1000.0
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One `job_runs` row, instants as unix milliseconds (None: not reached)."""
+
+    run_key: str
+    scheduled_ms: int
+    claimed_ms: int
+    published_ms: int | None
+    started_ms: int | None
+    finished_ms: int | None
+    status: str
+    attempt: int
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile (the smallest value with at least `pct` % at or below it).
+
+    `values` must be sorted. Nearest rank, not interpolation: p100 is the maximum, and a
+    percentile is always a value that some run really had.
+    """
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 < pct <= 100:
+        raise ValueError("pct must be in (0, 100]")
+    rank = math.ceil(pct / 100 * len(values))
+    return values[rank - 1]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Percentiles (seconds) over every expected run; inf where runs are missing."""
+
+    count: int  # runs that reached the instant
+    p50_s: float
+    p99_s: float
+    max_s: float
+
+    @classmethod
+    def of(cls, reached_s: Iterable[float], expected: int) -> Spread:
+        values = sorted(reached_s)
+        count = len(values)
+        values.extend([math.inf] * max(0, expected - count))
+        if not values:
+            return cls(0, math.inf, math.inf, math.inf)
+        return cls(count, percentile(values, 50), percentile(values, 99), values[-1])
+
+
+@dataclass(frozen=True)
+class BurstSummary:
+    jobs: int
+    rows: int
+    claimed: Spread
+    published: Spread
+    started: Spread
+    completed: Spread
+    claimed_per_s: float
+    published_per_s: float
+    throughput_per_s: float  # completed runs per second, from T0 to the last completion
+    duplicates: int
+    duplicate_messages: int
+    unexpected_rows: int
+    lost: int
+    lost_keys_sample: list[str] = field(default_factory=list)
+    reattempted: int = 0
+    not_completed: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
+def _rate(count: int, span_ms: float) -> float:
+    return count / (span_ms / MS_PER_S) if span_ms > 0 else math.inf
+
+
+def summarize(
+    expected: Collection[str],
+    rows: Sequence[RunRecord],
+    deliveries: Mapping[str, int],
+    t0_ms: int,
+) -> BurstSummary:
+    """The burst's figures relative to T0 (see the module docstring for each definition)."""
+    wanted = set(expected)
+    mine = [r for r in rows if r.run_key in wanted]
+    unexpected_rows = len(rows) - len(mine)
+
+    def since_t0(values: Iterable[int | None]) -> list[float]:
+        return [(v - t0_ms) / MS_PER_S for v in values if v is not None]
+
+    succeeded = [r for r in mine if r.status == RunStatus.SUCCEEDED]
+    claimed = Spread.of(since_t0(r.claimed_ms for r in mine), len(wanted))
+    published = Spread.of(since_t0(r.published_ms for r in mine), len(wanted))
+    started = Spread.of(since_t0(r.started_ms for r in mine), len(wanted))
+    completed = Spread.of(since_t0(r.finished_ms for r in succeeded), len(wanted))
+
+    duplicate_messages = sum(
+        count - 1 if key in wanted else count for key, count in deliveries.items() if count > 0
+    )
+    delivered = {key for key, count in deliveries.items() if count > 0}
+    row_keys = {r.run_key for r in mine}
+    missing = sorted(wanted - (row_keys & delivered))
+
+    statuses: dict[str, int] = {}
+    for r in rows:
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+
+    def rate_to_last(spread: Spread) -> float:
+        return _rate(spread.count, spread.max_s * MS_PER_S) if spread.count == len(wanted) else 0.0
+
+    last_claim_ms = max((r.claimed_ms for r in mine), default=t0_ms) - t0_ms
+    last_pub_ms = max((r.published_ms or t0_ms for r in mine), default=t0_ms) - t0_ms
+    last_done_ms = max((r.finished_ms or t0_ms for r in succeeded), default=t0_ms) - t0_ms
+    return BurstSummary(
+        jobs=len(wanted),
+        rows=len(rows),
+        claimed=claimed,
+        published=published,
+        started=started,
+        completed=completed,
+        claimed_per_s=_rate(len(mine), last_claim_ms) if mine else 0.0,
+        published_per_s=_rate(published.count, last_pub_ms) if published.count else 0.0,
+        throughput_per_s=_rate(len(succeeded), last_done_ms) if succeeded else 0.0,
+        duplicates=duplicate_messages + unexpected_rows,
+        duplicate_messages=duplicate_messages,
+        unexpected_rows=unexpected_rows,
+        lost=len(missing),
+        lost_keys_sample=missing[:5],
+        reattempted=sum(1 for r in mine if r.attempt > 1),
+        not_completed=len(wanted) - len(succeeded),
+        statuses=statuses,
+    )
+
+
+@dataclass(frozen=True)
+class Lateness:
+    """Steady load: instants minus each run's own scheduled instant, seconds."""
+
+    runs: int
+    published: Spread
+    started: Spread
+    published_p999_s: float
+    started_p999_s: float
+
+
+def lateness(expected: Collection[str], rows: Sequence[RunRecord]) -> Lateness:
+    wanted = set(expected)
+    mine = [r for r in rows if r.run_key in wanted]
+    pub = [(r.published_ms - r.scheduled_ms) / MS_PER_S for r in mine if r.published_ms]
+    start = [(r.started_ms - r.scheduled_ms) / MS_PER_S for r in mine if r.started_ms]
+    published = Spread.of(pub, len(wanted))
+    started = Spread.of(start, len(wanted))
+
+    def p999(values: list[float]) -> float:
+        padded = sorted(values) + [math.inf] * (len(wanted) - len(values))
+        return percentile(padded, 99.9) if padded else math.inf
+
+    return Lateness(len(wanted), published, started, p999(pub), p999(start))
+
+
+def cumulative(instants_ms: Iterable[int | None], origin_ms: int) -> tuple[list[float], list[int]]:
+    """A step curve for plots: seconds since `origin_ms` and how many instants had passed."""
+    xs = sorted((v - origin_ms) / MS_PER_S for v in instants_ms if v is not None)
+    return xs, list(range(1, len(xs) + 1))
+
+
+def finite(value: float) -> float | None:
+    """JSON has no infinity: an unreached percentile is written as null."""
+    return None if math.isinf(value) else round(value, 3)

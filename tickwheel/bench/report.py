@@ -1,0 +1,227 @@
+"""What a benchmark shows: progress lines while it runs, then a table, JSON and a plot."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import click
+
+from tickwheel.bench.analysis import BurstSummary, Lateness, RunRecord, Spread, cumulative, finite
+
+PLAIN_EVERY_S = 5.0  # without a terminal, a progress line every this many seconds
+
+
+class Bar:
+    """Counters on one status line: redrawn in place on a terminal, else printed now and then."""
+
+    def __init__(self, total: int, *labels: str) -> None:
+        self.total = total
+        self.labels = labels
+        self.values = [0] * len(labels)
+        self.tty = sys.stderr.isatty()
+        self._printed = 0.0
+        self._started = time.monotonic()
+
+    def set(self, done: int) -> None:
+        self.put(self.labels[0], done)
+
+    def put(self, label: str, done: int) -> None:
+        self.values[self.labels.index(label)] = done
+        self._draw()
+
+    def _line(self) -> str:
+        parts = []
+        for label, value in zip(self.labels, self.values, strict=True):
+            pct = 100 * value / self.total if self.total else 100.0
+            parts.append(f"{label} {value:>10,}/{self.total:,} {pct:5.1f}%")
+        return f"  [{time.monotonic() - self._started:6.1f} s] " + "   ".join(parts)
+
+    def _draw(self, final: bool = False) -> None:
+        if self.tty:
+            click.echo("\r" + self._line(), nl=final, err=True)
+        elif final or time.monotonic() - self._printed >= PLAIN_EVERY_S:
+            click.echo(self._line(), err=True)
+            self._printed = time.monotonic()
+
+    def __enter__(self) -> Bar:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._draw(final=True)
+
+
+def machine() -> dict[str, Any]:
+    load1, load5, _ = os.getloadavg()
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "load_average_1m_5m_at_end": [round(load1, 2), round(load5, 2)],
+    }
+
+
+def spread_json(prefix: str, spread: Spread) -> dict[str, Any]:
+    return {
+        f"{prefix}_p50_s": finite(spread.p50_s),
+        f"{prefix}_p99_s": finite(spread.p99_s),
+        f"{prefix}_max_s": finite(spread.max_s),
+        f"{prefix}_count": spread.count,
+    }
+
+
+def burst_json(
+    summary: BurstSummary, baseline: dict[str, Any] | None, meta: dict[str, Any]
+) -> dict[str, Any]:
+    base_rate = baseline["claimed_per_s"] if baseline else None
+    return {
+        "jobs": summary.jobs,
+        **spread_json("published", summary.published),
+        **spread_json("completed", summary.completed),
+        **spread_json("claimed", summary.claimed),
+        **spread_json("started", summary.started),
+        "throughput_per_s": round(summary.throughput_per_s, 1),
+        "claimed_per_s": round(summary.claimed_per_s, 1),
+        "published_per_s": round(summary.published_per_s, 1),
+        "duplicates": summary.duplicates,
+        "duplicate_messages": summary.duplicate_messages,
+        "unexpected_rows": summary.unexpected_rows,
+        "lost": summary.lost,
+        "lost_sample": summary.lost_keys_sample,
+        "reattempted": summary.reattempted,
+        "not_completed": summary.not_completed,
+        "statuses": summary.statuses,
+        "baseline_claimed_per_s": base_rate,
+        "ratio_vs_baseline": (
+            round(summary.claimed_per_s / base_rate, 1)
+            if base_rate and math.isfinite(summary.claimed_per_s)
+            else None
+        ),
+        "baseline": baseline,
+        **meta,
+        "machine": machine(),
+    }
+
+
+def _s(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def burst_table(result: dict[str, Any]) -> str:
+    jobs = result["jobs"]
+    lines = [
+        f"| {jobs:,} jobs | p50 s | p99 s | max s | runs |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in ("claimed", "published", "started", "completed"):
+        lines.append(
+            f"| {name} - T0 | {_s(result[f'{name}_p50_s'])} | {_s(result[f'{name}_p99_s'])} | "
+            f"{_s(result[f'{name}_max_s'])} | {result[f'{name}_count']:,} |"
+        )
+    lines += [
+        "",
+        f"claimed/s {result['claimed_per_s']:,.0f}   published/s "
+        f"{result['published_per_s']:,.0f}   completed/s (throughput) "
+        f"{result['throughput_per_s']:,.0f}",
+        f"duplicates {result['duplicates']} (messages {result['duplicate_messages']}, "
+        f"unexpected rows {result['unexpected_rows']})   lost {result['lost']}   "
+        f"reattempted {result['reattempted']}   not completed {result['not_completed']}",
+    ]
+    if result.get("baseline_claimed_per_s"):
+        lines.append(
+            f"baseline (3 naive pollers) claimed/s {result['baseline_claimed_per_s']:,.0f}   "
+            f"ratio {result['ratio_vs_baseline']}x"
+        )
+    mem = result.get("scheduler_bytes_per_loaded_job")
+    if mem:
+        lines.append(f"scheduler memory per loaded job: {mem:,} bytes (RSS delta / jobs)")
+    for note in result.get("notes", []):
+        lines.append(f"NOTE: {note}")
+    return "\n".join(lines)
+
+
+def lateness_json(late: Lateness) -> dict[str, Any]:
+    return {
+        "runs": late.runs,
+        "publish_lateness_p50_s": finite(late.published.p50_s),
+        "publish_lateness_p99_s": finite(late.published.p99_s),
+        "publish_lateness_p999_s": finite(late.published_p999_s),
+        "publish_lateness_max_s": finite(late.published.max_s),
+        "start_lateness_p50_s": finite(late.started.p50_s),
+        "start_lateness_p99_s": finite(late.started.p99_s),
+        "start_lateness_p999_s": finite(late.started_p999_s),
+        "start_lateness_max_s": finite(late.started.max_s),
+    }
+
+
+def lateness_table(result: dict[str, Any]) -> str:
+    lines = [
+        f"| {result['runs']:,} runs at {result['rate_per_s']:,}/s | p50 s | p99 s | p99.9 s | "
+        "max s |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in ("publish", "start"):
+        lines.append(
+            f"| {name} lateness | {_s(result[f'{name}_lateness_p50_s'])} | "
+            f"{_s(result[f'{name}_lateness_p99_s'])} | {_s(result[f'{name}_lateness_p999_s'])} | "
+            f"{_s(result[f'{name}_lateness_max_s'])} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(
+    path: Path,
+    title: str,
+    rows: list[RunRecord],
+    t0_ms: int,
+    baseline_rows: list[RunRecord] | None,
+    baseline_start_ms: int | None,
+) -> None:
+    """Cumulative runs over time: the measured system, and the baseline beside it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RuntimeError("--plot needs matplotlib (pip install 'tickwheel[dev]')") from None
+    panels = 2 if baseline_rows else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.5), squeeze=False)
+    ax = axes[0][0]
+    for label, values in (
+        ("claimed", [r.claimed_ms for r in rows]),
+        ("published", [r.published_ms for r in rows]),
+        ("completed", [r.finished_ms for r in rows if r.status == "succeeded"]),
+    ):
+        xs, ys = cumulative(values, t0_ms)
+        ax.step(xs, ys, where="post", label=label)
+    ax.set_title(title)
+    ax.set_xlabel("seconds since T0")
+    ax.set_ylabel("runs (cumulative)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    if baseline_rows and baseline_start_ms is not None:
+        bx = axes[0][1]
+        xs, ys = cumulative([r.claimed_ms for r in baseline_rows], baseline_start_ms)
+        bx.step(xs, ys, where="post", label="claimed (naive pollers)", color="tab:red")
+        mx, my = cumulative([r.claimed_ms for r in rows], t0_ms)
+        bx.step(mx, my, where="post", label="claimed (tickwheel)", color="tab:blue")
+        bx.set_title("baseline: 3 pollers, SKIP LOCKED, per-row writes")
+        bx.set_xlabel("seconds since start")
+        bx.grid(alpha=0.3)
+        bx.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,65 @@
+-- The benchmark harness's queries (tickwheel/bench/). They run only against the harness's own
+-- scratch databases. Instants leave as integer unix milliseconds.
+
+-- bench_runs --
+-- Every run row with its lifecycle instants: what the analysis is computed from.
+SELECT tenant, job_id,
+       (extract(epoch FROM scheduled_at) * 1000)::bigint AS scheduled_ms,
+       (extract(epoch FROM created_at) * 1000)::bigint AS claimed_ms,
+       (extract(epoch FROM published_at) * 1000)::bigint AS published_ms,
+       (extract(epoch FROM started_at) * 1000)::bigint AS started_ms,
+       (extract(epoch FROM finished_at) * 1000)::bigint AS finished_ms,
+       status, attempt
+FROM job_runs
+
+-- bench_progress --
+-- Progress bars: runs claimed, published (or further) and succeeded so far.
+SELECT count(*) AS claimed,
+       count(*) FILTER (WHERE published_at IS NOT NULL OR started_at IS NOT NULL) AS published,
+       count(*) FILTER (WHERE status = 'succeeded') AS completed
+FROM job_runs
+
+-- bench_jobs_count --
+SELECT count(*) FROM jobs
+
+-- bench_shards_led --
+-- Shards whose leader has taken over (scheduler start-up is complete when all are).
+SELECT count(*) FROM shard_leaders WHERE owner IS NOT NULL
+
+-- bench_db_now_ms --
+SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+
+-- bench_tenant --
+INSERT INTO tenants (name) VALUES ($1) ON CONFLICT DO NOTHING
+
+-- bench_make_due --
+-- The baseline's data: the same one-off jobs, all due from the moment the pollers start.
+UPDATE jobs SET next_run_at = $1::timestamptz, run_at = $1::timestamptz WHERE status = 'active'
+
+-- bench_analyze_jobs --
+ANALYZE jobs
+
+-- baseline_index --
+-- The index the naive design polls through (it has no shards): due active jobs in due order.
+CREATE INDEX IF NOT EXISTS jobs_due_naive ON jobs (next_run_at) WHERE status = 'active'
+
+-- baseline_poll --
+-- The naive claim, step 1: lock a page of due jobs that no other poller holds.
+SELECT tenant, job_id, shard_id, priority, handler, payload::text AS payload, timeout_ms,
+       max_attempts, (extract(epoch FROM next_run_at) * 1000)::bigint AS scheduled_ms
+FROM jobs
+WHERE status = 'active' AND next_run_at <= now()
+ORDER BY next_run_at
+LIMIT 500
+FOR UPDATE SKIP LOCKED
+
+-- baseline_insert_run --
+-- Step 2, per row: the run row.
+INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, status, attempt, epoch,
+                      max_attempts)
+VALUES ($1, $2, 'epoch'::timestamptz + $3::bigint * interval '1 millisecond', $4, $5,
+        'pending', 1, 0, $6)
+
+-- baseline_complete_job --
+-- Step 3, per row: the one-off job is done.
+UPDATE jobs SET status = 'completed', next_run_at = NULL WHERE tenant = $1 AND job_id = $2
