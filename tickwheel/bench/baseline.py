@@ -13,10 +13,10 @@ until no due job is left. It keeps I1 (publish after commit) and gets an index o
 database and topics of its own, holding the same one-off jobs as the measured run, all due when
 the pollers start.
 
-Figures: `claimed_per_s` = jobs / (start of the transaction that claimed the last job - the
-pollers' common start), the same definition as the measured run's claim rate (analysis.py);
-`wall_per_s` = jobs / (the harness seeing every run row - start), which includes the last
-page's transaction and publish.
+Figures: `claimed_per_s` = jobs / (start of the transaction that claimed the last job - start
+of the first), the same definition as the measured run's claim rate (analysis.py), which counts
+from T0; `wall_per_s` = jobs / (the harness seeing every run row - that start), which includes
+the last page's transaction and publish.
 """
 
 from __future__ import annotations
@@ -159,13 +159,16 @@ async def run_baseline(
         rows = await fetch_runs(conn)
     finally:
         await conn.close()
+    # The pollers' first transaction, not the start they were given: on a busy machine a
+    # poller process may come up after it, and its start-up is not the design's cost.
+    first_ms = min(r.claimed_ms for r in rows)
     last_claim_ms = max(r.claimed_ms for r in rows)
     return BaselineResult(
         jobs=jobs,
         pollers=POLLERS,
-        claimed_per_s=jobs / max(1e-3, (last_claim_ms - start_at_ms) / MS_PER_S),
-        wall_per_s=jobs / max(1e-3, (seen_ms - start_at_ms) / MS_PER_S),
-        seconds=(seen_ms - start_at_ms) / MS_PER_S,
-        started_ms=start_at_ms,
+        claimed_per_s=jobs / max(1e-3, (last_claim_ms - first_ms) / MS_PER_S),
+        wall_per_s=jobs / max(1e-3, (seen_ms - first_ms) / MS_PER_S),
+        seconds=(seen_ms - first_ms) / MS_PER_S,
+        started_ms=first_ms,
         rows=rows,
     )
