@@ -33,6 +33,7 @@ the part with its traceback; the process runner then stops the process non-zero 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import hashlib
 import logging
@@ -171,6 +172,7 @@ class RegistrationIntake:
         self.rejected_topic = rejected_topic
         self.message_max_bytes = message_max_bytes
         self._tenants: set[str] = set()
+        self._committing: asyncio.Task[BatchReport] | None = None
         # Called with each settled batch's report (metrics, benchmarks).
         self.on_batch: Callable[[BatchReport], None] | None = None
         self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-validate")
@@ -204,6 +206,16 @@ class RegistrationIntake:
             self.health.report(consuming=False)
 
     async def _loop(self, stop: asyncio.Event) -> None:
+        try:
+            await self._batches(stop)
+        finally:
+            # The loop is dying: let the batch under way settle before the consumer closes
+            # (its failure changes nothing: what it did not commit is redelivered).
+            if self._committing is not None:
+                with contextlib.suppress(Exception):
+                    await self._committing
+
+    async def _batches(self, stop: asyncio.Event) -> None:
         failures = 0
         inflight: tuple[list[Message], asyncio.Task[BatchReport]] | None = None
         while inflight is not None or not stop.is_set():
@@ -246,7 +258,8 @@ class RegistrationIntake:
                 failures = await self._back_off(failures, unprepared)
                 continue
             if prepared is not None:
-                inflight = (messages, asyncio.create_task(self.commit(prepared)))
+                self._committing = asyncio.create_task(self.commit(prepared))
+                inflight = (messages, self._committing)
 
     async def _back_off(self, failures: int, exc: BaseException) -> int:
         self.health.report(
