@@ -30,6 +30,7 @@ HEADERS_MAX_BYTES in total.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -152,6 +153,15 @@ def _allows(entry: SplitResult, url: SplitResult) -> bool:
     return url.path == base or url.path.startswith(base + "/")
 
 
+@functools.lru_cache(maxsize=256)
+def _entry(entry: str) -> SplitResult | None:
+    """An allowlist entry, normalised once (the operator's list rarely changes)."""
+    try:
+        return urlsplit(normalise_url(entry, "allowlist"))
+    except TargetError:
+        return None
+
+
 def check_target_url(url: str, allowlist: Sequence[str], field: str = "target.url") -> str:
     """The normalised `url`, if it lies below an allowlist entry; TargetError otherwise.
 
@@ -160,11 +170,8 @@ def check_target_url(url: str, allowlist: Sequence[str], field: str = "target.ur
     normal = normalise_url(url, field)
     parsed = urlsplit(normal)
     for entry in allowlist:
-        try:
-            allowed = urlsplit(normalise_url(entry, "allowlist"))
-        except TargetError:
-            continue
-        if _allows(allowed, parsed):
+        allowed = _entry(entry)
+        if allowed is not None and _allows(allowed, parsed):
             return normal
     raise TargetError(
         field, "is not in the operator's target allowlist (TICKWHEEL_TARGET_ALLOWLIST)"
