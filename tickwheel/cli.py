@@ -15,9 +15,9 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from tickwheel import __version__
+from tickwheel.bench.cli import bench
 from tickwheel.config import ConfigError, Settings, load_settings, redact_dsn
 from tickwheel.schedule.cli import cron
-from tickwheel.bench.cli import bench
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -264,12 +264,14 @@ def registry(host: str, port: int, no_http: bool, no_intake: bool) -> None:
     logs.setup()
     s = settings()
     try:
-        uvloop.run(serve(s, host, port, http=not no_http, intake=not no_intake))
+        code = uvloop.run(serve(s, host, port, http=not no_http, intake=not no_intake))
     except (OSError, asyncpg.PostgresError) as exc:
         fail(
             f"registry cannot start (Postgres at {redact_dsn(s.effective_dsn)}, Kafka at "
             f"{s.effective_kafka}): {type(exc).__name__}: {exc}"
         )
+    # Non-zero when a part died (logged with its traceback): supervisors restart on it.
+    sys.exit(code)
 
 
 @main.group()
