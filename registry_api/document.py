@@ -9,18 +9,34 @@ form; nothing is silently dropped or defaulted away.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from tickwheel.schedule import ScheduleCache, ScheduleError, parse_at
+from tickwheel.domain import (
+    DstGap,
+    DstOverlap,
+    JobKind,
+    MisfirePolicy,
+    OverlapPolicy,
+    Priority,
+    job_key,
+    literal_of,
+)
+from tickwheel.schedule import (
+    DEFAULT_GRACE_MS,
+    DEFAULT_MAX_CATCHUP,
+    MAX_CATCHUP_LIMIT,
+    ScheduleCache,
+    ScheduleError,
+    parse_at,
+)
 from tickwheel.sharding import shard_of
 
 log = logging.getLogger(__name__)
@@ -36,6 +52,20 @@ BACKOFF_LIMIT_MS = 7 * 24 * 3600 * 1000  # one week
 # every use goes through _SCHEDULES_LOCK (uncontended it costs well under a microsecond).
 SCHEDULES = ScheduleCache()
 _SCHEDULES_LOCK = threading.Lock()
+
+# The document's closed vocabularies, as literals of the domain's enums (see literal_of).
+if TYPE_CHECKING:
+    PriorityValue: TypeAlias = str
+    MisfireValue: TypeAlias = str
+    OverlapValue: TypeAlias = str
+    DstGapValue: TypeAlias = str
+    DstOverlapValue: TypeAlias = str
+else:
+    PriorityValue = literal_of(Priority)
+    MisfireValue = literal_of(MisfirePolicy)
+    OverlapValue = literal_of(OverlapPolicy)
+    DstGapValue = literal_of(DstGap)
+    DstOverlapValue = literal_of(DstOverlap)
 
 
 class _Strict(BaseModel):
@@ -57,14 +87,14 @@ class Backoff(_Strict):
 
 
 class Misfire(_Strict):
-    policy: Literal["skip", "run_once", "run_all"] = "run_once"
-    grace_ms: int = Field(60_000, ge=0, le=BACKOFF_LIMIT_MS)
-    max_catchup: int = Field(10, ge=1, le=1000)
+    policy: MisfireValue = MisfirePolicy.RUN_ONCE.value
+    grace_ms: int = Field(DEFAULT_GRACE_MS, ge=0, le=BACKOFF_LIMIT_MS)
+    max_catchup: int = Field(DEFAULT_MAX_CATCHUP, ge=1, le=MAX_CATCHUP_LIMIT)
 
 
 class Dst(_Strict):
-    gap: Literal["shift", "skip"] = "shift"
-    overlap: Literal["first", "last", "both"] = "first"
+    gap: DstGapValue = DstGap.SHIFT.value
+    overlap: DstOverlapValue = DstOverlap.FIRST.value
 
 
 class Target(_Strict):
@@ -83,12 +113,12 @@ class JobDocument(_Strict):
     handler: str | None = Field(None, pattern=HANDLER_PATTERN, max_length=256)
     target: Target | None = None
     payload: Any = Field(default_factory=dict)
-    priority: Literal["high", "normal", "low"] = "normal"
+    priority: PriorityValue = Priority.NORMAL.value
     max_attempts: int = Field(5, ge=1, le=MAX_ATTEMPTS_LIMIT)
     backoff: Backoff = Field(default_factory=Backoff)  # type: ignore[arg-type]
     timeout_ms: int = Field(300_000, ge=1, le=TIMEOUT_LIMIT_MS)
     misfire: Misfire = Field(default_factory=Misfire)  # type: ignore[arg-type]
-    overlap: Literal["allow", "skip", "buffer_one"] = "allow"
+    overlap: OverlapValue = OverlapPolicy.ALLOW.value
     dst: Dst = Field(default_factory=Dst)
 
 
@@ -137,11 +167,11 @@ class JobSpec:
 
     @property
     def key(self) -> str:
-        return f"{self.tenant}/{self.document.id}"
+        return job_key(self.tenant, self.document.id)
 
     @property
-    def kind(self) -> str:
-        return "cron" if self.document.schedule is not None else "once"
+    def kind(self) -> JobKind:
+        return JobKind.CRON if self.document.schedule is not None else JobKind.ONCE
 
     # The dump of `stored_document`, made once (a list cell: the dataclass is frozen).
     _stored: list[dict[str, Any]] = field(default_factory=list, compare=False, repr=False)
@@ -329,7 +359,7 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
         problems.append(FieldProblem("payload", "must not be null; leave it out for {}"))
     if problems:
         raise JobValidationError(problems)
-    key = f"{tenant}/{doc.id}"
+    key = job_key(tenant, doc.id)
     if (doc.schedule is None) == (doc.at is None):
         raise JobValidationError(
             [
@@ -399,17 +429,3 @@ def spec_from_stored(tenant: str, document: dict[str, Any], shards: int) -> JobS
     """Rebuild the spec of a stored (already validated) document without re-checking limits."""
     doc = JobDocument.model_validate(document)
     return JobSpec(tenant=tenant, document=doc, shard_id=shard_of(tenant, doc.id, shards))
-
-
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-ONE_MS = dt.timedelta(milliseconds=1)
-
-
-def ms_to_datetime(ms: int | None) -> dt.datetime | None:
-    """Exact (integer arithmetic, no float rounding)."""
-    return None if ms is None else EPOCH + ms * ONE_MS
-
-
-def datetime_to_ms(value: dt.datetime | None) -> int | None:
-    """Exact for any aware datetime; sub-millisecond parts are floored."""
-    return None if value is None else (value - EPOCH) // ONE_MS

@@ -26,7 +26,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 from urllib.parse import quote
 
 import asyncpg
@@ -41,6 +41,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tickwheel.clock import format_datetime, format_ms, now_ms
+from tickwheel.domain import JobKind, JobStatus, RunStatus, literal_of
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.auth import AuthProblem, KeyCache, authenticate
 from tickwheel.registry_api.document import (
@@ -52,14 +54,14 @@ from tickwheel.registry_api.document import (
     JobValidationError,
     Limits,
     Misfire,
+    PriorityValue,
     Target,
-    ms_to_datetime,
     parse_document,
     storable_problems,
     validate_job,
 )
 from tickwheel.registry_api.state import Op, Outcome
-from tickwheel.registry_api.store import PAGE_LIMIT_MAX, JobView, RegistryStore, RunView, now_ms
+from tickwheel.registry_api.store import PAGE_LIMIT_MAX, JobView, RegistryStore, RunView
 from tickwheel.schedule.cron import MAX_AFTER_MS, MIN_AFTER_MS
 
 log = logging.getLogger(__name__)
@@ -89,7 +91,15 @@ _DB_UNAVAILABLE = (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceEr
 
 # --- response models: what the OpenAPI schema promises ----------------------------------------
 
-JobStatus = Literal["active", "paused", "completed"]
+# The statuses a job can be seen in (a deleted job is not found), a run's, a job's kinds.
+if TYPE_CHECKING:
+    VisibleStatus: TypeAlias = str
+    RunStatusValue: TypeAlias = str
+    KindValue: TypeAlias = str
+else:
+    VisibleStatus = literal_of((JobStatus.ACTIVE, JobStatus.PAUSED, JobStatus.COMPLETED))
+    RunStatusValue = literal_of(RunStatus)
+    KindValue = literal_of(JobKind)
 
 
 class Job(JobDocument):
@@ -98,7 +108,7 @@ class Job(JobDocument):
     next_run_at: str | None = Field(
         ..., description="next scheduled instant, ISO-8601 UTC; null when nothing is due"
     )
-    status: JobStatus
+    status: VisibleStatus
     version: int = Field(..., ge=1, description="bumped by every change")
     created_at: str = Field(..., description="ISO-8601 UTC")
     updated_at: str = Field(..., description="ISO-8601 UTC")
@@ -112,7 +122,7 @@ class JobPage(BaseModel):
 class Run(BaseModel):
     run_key: str = Field(..., description="<tenant>/<job id>@<unix ms>")
     scheduled_at: str = Field(..., description="ISO-8601 UTC")
-    status: Literal["pending", "published", "running", "succeeded", "retrying", "dead", "skipped"]
+    status: RunStatusValue
     attempt: int
     started_at: str | None
     finished_at: str | None
@@ -161,16 +171,11 @@ def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 def iso_ms(instant_ms: int | None) -> str | None:
     """`YYYY-MM-DDTHH:MM:SS.mmmZ` for UTC milliseconds (None stays None)."""
-    moment = ms_to_datetime(instant_ms)
-    return None if moment is None else _iso(moment)
+    return None if instant_ms is None else format_ms(instant_ms)
 
 
 def iso_dt(moment: dt.datetime | None) -> str | None:
-    return None if moment is None else _iso(moment)
-
-
-def _iso(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return None if moment is None else format_datetime(moment)
 
 
 class CursorError(ValueError):
@@ -641,9 +646,11 @@ def create_app(
     )
     async def list_jobs(
         tenant: Tenant,
-        status: Annotated[JobStatus | None, Query(description="only jobs in this status")] = None,
-        priority: Annotated[Literal["high", "normal", "low"] | None, Query()] = None,
-        kind: Annotated[Literal["cron", "once"] | None, Query()] = None,
+        status: Annotated[
+            VisibleStatus | None, Query(description="only jobs in this status")
+        ] = None,
+        priority: Annotated[PriorityValue | None, Query()] = None,
+        kind: Annotated[KindValue | None, Query()] = None,
         limit: Limit = PAGE_LIMIT_DEFAULT,
         cursor: CursorParam = None,
     ) -> Response:

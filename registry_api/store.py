@@ -20,6 +20,8 @@ from typing import Any
 import asyncpg
 import orjson
 
+from tickwheel.clock import now_ms
+from tickwheel.domain import run_key
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import JobSpec, spec_from_stored
 from tickwheel.registry_api.state import Op, Outcome, StoredJob, apply
@@ -27,12 +29,6 @@ from tickwheel.registry_api.state import Op, Outcome, StoredJob, apply
 WRITE_RETRIES = 3
 API_KEY_PREFIX = "tw_"
 PAGE_LIMIT_MAX = 500
-
-
-def now_ms() -> int:
-    return (dt.datetime.now(dt.UTC) - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(
-        milliseconds=1
-    )
 
 
 @dataclass(frozen=True)
@@ -121,7 +117,7 @@ def _row_tuple(job: StoredJob, spec: JobSpec, expected_version: int | None) -> t
         job.tenant,
         job.job_id,
         spec.shard_id,
-        "cron" if doc.schedule is not None else "once",
+        spec.kind,
         doc.schedule,
         spec.first_run_at(0) if doc.at is not None else None,
         doc.timezone,
@@ -253,7 +249,7 @@ class RegistryStore:
         rows = await self.pool.fetch(QUERIES["job_runs_page"], tenant, job_id, before_ms, limit + 1)
         page = [
             RunView(
-                f"{r['tenant']}/{r['job_id']}@{r['scheduled_at']}",
+                run_key(r["tenant"], r["job_id"], r["scheduled_at"]),
                 r["scheduled_at"],
                 r["status"],
                 r["attempt"],
