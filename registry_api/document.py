@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from urllib.parse import urlsplit
@@ -33,8 +32,11 @@ from tickwheel.schedule import (
     DEFAULT_GRACE_MS,
     DEFAULT_MAX_CATCHUP,
     MAX_CATCHUP_LIMIT,
-    ScheduleCache,
+    SHARED,
     ScheduleError,
+    Timing,
+    first_run_at,
+    next_fire_after,
     parse_at,
 )
 from tickwheel.sharding import shard_of
@@ -46,12 +48,6 @@ HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 MAX_ATTEMPTS_LIMIT = 100
 TIMEOUT_LIMIT_MS = 24 * 3600 * 1000  # one day
 BACKOFF_LIMIT_MS = 7 * 24 * 3600 * 1000  # one week
-
-# Registrations often share expressions (and, via H, resolved schedules): parse each once per
-# process. The cache is not thread-safe and the intake validates on a thread of its own, so
-# every use goes through _SCHEDULES_LOCK (uncontended it costs well under a microsecond).
-SCHEDULES = ScheduleCache()
-_SCHEDULES_LOCK = threading.Lock()
 
 # The document's closed vocabularies, as literals of the domain's enums (see literal_of).
 if TYPE_CHECKING:
@@ -185,34 +181,37 @@ class JobSpec:
             self._stored.append(self.document.model_dump(mode="json"))
         return self._stored[0]
 
-    def next_fire_after(self, after_ms: int) -> int | None:
-        """First scheduled instant strictly after `after_ms` (a one-off: its instant, once)."""
+    @property
+    def timing(self) -> Timing:
+        """When the job fires, as `tickwheel.schedule` computes it (made on demand: the hot
+        path answers from `_memo` and never needs it)."""
         doc = self.document
-        if doc.at is not None:
-            at_ms = parse_at(doc.at)
-            return at_ms if at_ms > after_ms else None
+        return Timing(
+            key=self.key,
+            schedule=doc.schedule,
+            at_ms=None if doc.at is None else parse_at(doc.at),
+            timezone=doc.timezone,
+            dst_gap=doc.dst.gap,
+            dst_overlap=doc.dst.overlap,
+        )
+
+    def next_fire_after(self, after_ms: int) -> int | None:
+        """`schedule.next_fire_after` of this job, with the process's shared cache."""
         if self._memo:
             # The next fire after an earlier instant t0 is also the next after any later
             # instant before it: validation's answer serves the batch's later `now`.
             since, found = self._memo[0]
             if since <= after_ms and (found is None or found > after_ms):
                 return found
-        assert doc.schedule is not None
-        with _SCHEDULES_LOCK:
-            found = SCHEDULES.next_after(
-                doc.schedule, doc.timezone, self.key, doc.dst.gap, doc.dst.overlap, after_ms
-            )
-        self._memo[:] = [(after_ms, found)]
+        found = next_fire_after(SHARED, self.timing, after_ms)
+        if self.document.schedule is not None:
+            self._memo[:] = [(after_ms, found)]
         return found
 
     def first_run_at(self, now_ms: int) -> int | None:
-        """`next_run_at` of a job created or changed at `now_ms`.
-
-        A one-off instant in the past is kept as it is: the shard leader finds it overdue and
-        applies the job's misfire policy, so a late registration is never silently dropped.
-        """
+        """`schedule.first_run_at` of this job: a one-off in the past keeps its instant."""
         if self.document.at is not None:
-            return parse_at(self.document.at)
+            return first_run_at(SHARED, self.timing, now_ms)
         return self.next_fire_after(now_ms)
 
 
@@ -372,10 +371,9 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
         problems.append(FieldProblem("handler", "give exactly one of 'handler' and 'target'"))
     if doc.schedule is not None:
         try:
-            with _SCHEDULES_LOCK:
-                upcoming = SCHEDULES.next_after(
-                    doc.schedule, doc.timezone, key, doc.dst.gap, doc.dst.overlap, now_ms
-                )
+            upcoming = SHARED.next_after(
+                doc.schedule, doc.timezone, key, doc.dst.gap, doc.dst.overlap, now_ms
+            )
             if upcoming is None:
                 problems.append(FieldProblem("schedule", "has no future occurrence"))
         except ScheduleError as exc:
@@ -386,9 +384,8 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
             parse_at(doc.at)
         except ScheduleError as exc:
             problems.append(FieldProblem("at", exc.message))
-        try:
-            with _SCHEDULES_LOCK:  # one-offs need a valid zone too
-                SCHEDULES.schedule("0 0 * * *", tz=doc.timezone)
+        try:  # one-offs need a valid zone too
+            SHARED.schedule("0 0 * * *", tz=doc.timezone)
         except ScheduleError as exc:
             problems.append(FieldProblem(exc.field, exc.message))
     size = len(orjson.dumps(doc.payload))
