@@ -69,40 +69,6 @@ def hash_key(api_key: str) -> bytes:
     return hashlib.sha256(api_key.encode()).digest()
 
 
-# The columns of `jobs_stage` (registry.sql `jobs_stage_create`), in the order `_row_tuple`
-# yields them; times are integer milliseconds, jsonb columns JSON text.
-STAGE_COLUMNS = (
-    "tenant",
-    "job_id",
-    "shard_id",
-    "kind",
-    "schedule",
-    "run_at",
-    "timezone",
-    "handler",
-    "target",
-    "payload",
-    "priority",
-    "max_attempts",
-    "backoff_base_ms",
-    "backoff_cap_ms",
-    "timeout_ms",
-    "misfire_policy",
-    "misfire_grace_ms",
-    "misfire_max_catchup",
-    "overlap_policy",
-    "dst_gap",
-    "dst_overlap",
-    "status",
-    "next_run_at",
-    "version",
-    "document",
-    "intake_partition",
-    "intake_offset",
-    "expected_version",
-)
-
-
 def _json_text(value: Any) -> str | None:
     # A JSON null becomes SQL NULL (jobs.payload refuses it; validation rejects a null payload
     # before it gets here, and jobs.target is NULL when the job has a handler).
@@ -110,7 +76,11 @@ def _json_text(value: Any) -> str | None:
 
 
 def _row_tuple(job: StoredJob, spec: JobSpec, expected_version: int | None) -> tuple[Any, ...]:
-    """One `jobs_stage` row: a tuple, as binary COPY takes it (no per-row dict)."""
+    """One `jobs_stage` row: a tuple, as binary COPY takes it (no per-row dict).
+
+    Values come in the column order of `jobs_stage_create` (registry.sql), which the COPY
+    uses as it is; times are integer milliseconds, jsonb columns JSON text.
+    """
     doc = spec.document
     backoff, misfire, dst = doc.backoff, doc.misfire, doc.dst
     return (
@@ -199,9 +169,7 @@ class RegistryStore:
             ]
             if records:
                 await conn.execute(QUERIES["jobs_stage_create"])
-                await conn.copy_records_to_table(
-                    "jobs_stage", records=records, columns=STAGE_COLUMNS
-                )
+                await conn.copy_records_to_table("jobs_stage", records=records)
                 written: int = await conn.fetchval(QUERIES["jobs_write_batch"])
                 if written != len(records):
                     raise _ConcurrentCreate
