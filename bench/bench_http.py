@@ -43,8 +43,9 @@ import httpx
 
 from tickwheel import db
 from tickwheel.config import load_settings
+from tickwheel.registry_api.cursors import jobs_cursor
 from tickwheel.registry_api.document import Limits
-from tickwheel.registry_api.http import create_app, jobs_cursor
+from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.store import RegistryStore
 
 RESULTS = Path(__file__).parent / "results"

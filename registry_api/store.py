@@ -10,6 +10,7 @@ whole batch is retried against the winner's row.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import secrets
@@ -26,6 +27,12 @@ from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import JobSpec, spec_from_stored
 from tickwheel.registry_api.state import Op, Outcome, StoredJob, apply
 
+# Errors that mean "the database cannot be reached right now", not "this request is wrong".
+DB_UNAVAILABLE = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+)
 WRITE_RETRIES = 3
 API_KEY_PREFIX = "tw_"
 PAGE_LIMIT_MAX = 500
@@ -229,6 +236,15 @@ class RegistryStore:
         ]
         more = len(rows) > limit
         return page, (page[-1].scheduled_at if more and page else None)
+
+    async def health(self, timeout_s: float) -> str | None:
+        """None when the database answers within `timeout_s` seconds, else why not (the
+        exception's name)."""
+        try:
+            await asyncio.wait_for(self.pool.fetchval(QUERIES["health_check"]), timeout_s)
+        except (TimeoutError, *DB_UNAVAILABLE, asyncpg.PostgresError) as exc:
+            return type(exc).__name__
+        return None
 
     # tenants ----------------------------------------------------------------------------------
 
