@@ -20,8 +20,8 @@ import pytest
 
 from tickwheel import db as dbmod
 from tickwheel.config import load_settings
-from tickwheel.devstack import Addresses, DevStack
 from tickwheel.kafka import create_topics, delete_topics
+from tickwheel.stack import Addresses, DevStack
 from tickwheel.topics import Topics
 
 MARKERS = {"unit", "integration"}
@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Addresses]:
     if os.environ.get("TICKWHEEL_STACK") == "testcontainers":
-        from tickwheel.containers import started
+        from tickwheel.stack.containers import started
 
         with started() as addresses:
             yield addresses

@@ -53,7 +53,7 @@ def dev() -> None:
 def _stack() -> Any:
     if os.environ.get("TICKWHEEL_STACK", "local") == "testcontainers":
         fail("TICKWHEEL_STACK=testcontainers: run `tickwheel dev containers` (needs Docker)", 2)
-    from tickwheel.devstack import DevStack
+    from tickwheel.stack import DevStack
 
     return DevStack(settings(), echo=lambda line: click.echo(line, err=True))
 
@@ -69,7 +69,7 @@ def _print_statuses(statuses: list[Any]) -> bool:
 @dev.command("up")
 def dev_up() -> None:
     """Start the stack (idempotent), wait for health, create the topics."""
-    from tickwheel.devstack import StackError
+    from tickwheel.stack import StackError
 
     try:
         healthy = _print_statuses(_stack().up())
@@ -104,7 +104,7 @@ def dev_env() -> None:
 @dev.command("containers")
 def dev_containers() -> None:
     """Run the three services in Docker with testcontainers until Ctrl-C (needs Docker)."""
-    from tickwheel.containers import run_forever
+    from tickwheel.stack.containers import run_forever
 
     run_forever(settings(), echo=click.echo)
 
