@@ -12,9 +12,9 @@ from tickwheel.config import Settings
 from tickwheel.stack.errors import StackError
 from tickwheel.stack.jars import Jars
 from tickwheel.stack.jvm import Jvm, find_java
+from tickwheel.stack.procs import HEALTH_PROBE_TIMEOUT_S, reason
 
 KAFKA_START_TIMEOUT_S = 120
-HEALTH_PROBE_TIMEOUT_S = 5.0
 
 
 class Kafka:
@@ -142,5 +142,5 @@ def probe_kafka(bootstrap: str, round_trip_topic: str | None = None) -> str | No
         if round_trip_topic is not None:
             round_trip(bootstrap, round_trip_topic, timeout_s=30)
     except Exception as exc:
-        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return reason(exc)
     return None

@@ -19,10 +19,16 @@ from pathlib import Path
 
 from tickwheel.config import Settings
 from tickwheel.stack.errors import INSTALL_HINTS, StackError
-from tickwheel.stack.procs import STOP_TIMEOUT_S, pid_alive, read_pid, tail
+from tickwheel.stack.procs import (
+    HEALTH_PROBE_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    pid_alive,
+    read_pid,
+    reason,
+    tail,
+)
 
 PG_START_TIMEOUT_S = 60
-HEALTH_PROBE_TIMEOUT_S = 5.0
 DEV_DB = "tickwheel"
 DEV_DB_USER = "tickwheel"
 UNPRIVILEGED_USERS = ("postgres", "tickwheel")  # tried in order when we run as root
@@ -229,5 +235,5 @@ def probe_postgres(dsn: str) -> str | None:
     try:
         asyncio.run(check())
     except Exception as exc:  # any failure is "unhealthy", reported not raised
-        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return reason(exc)
     return None

@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-STOP_TIMEOUT_S = 30
+STOP_TIMEOUT_S = 30  # seconds a stopped service gets before SIGKILL
+HEALTH_PROBE_TIMEOUT_S = 5.0  # seconds one health probe of a service may take
 
 
 def pid_alive(pid: int) -> bool:
@@ -67,3 +68,8 @@ def tail(path: Path, lines: int = 5) -> str:
     except OSError:
         return "(no log)"
     return " | ".join(line.strip() for line in text[-lines:])
+
+
+def reason(exc: BaseException) -> str:
+    """An exception as the first line of `Name: message`: what a failed probe reports."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]

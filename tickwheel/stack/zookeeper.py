@@ -8,9 +8,9 @@ from pathlib import Path
 from tickwheel.config import Settings
 from tickwheel.stack.jars import Jars
 from tickwheel.stack.jvm import Jvm
+from tickwheel.stack.procs import HEALTH_PROBE_TIMEOUT_S, reason
 
 ZK_START_TIMEOUT_S = 60
-HEALTH_PROBE_TIMEOUT_S = 5.0
 
 
 class ZooKeeper:
@@ -68,7 +68,7 @@ def probe_zookeeper(hosts: str) -> str | None:
         client.start(timeout=HEALTH_PROBE_TIMEOUT_S)
         client.get_children("/")
     except Exception as exc:
-        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return reason(exc)
     finally:
         client.stop()
         client.close()
