@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import asyncpg
 from confluent_kafka import Consumer, Message, Producer
 
+from tickwheel.domain import RegistrationOp
 from tickwheel.envelopes import EnvelopeError, Registration, Rejection
 from tickwheel.faults import crash_point
 from tickwheel.kafka import BatchConsumer, Outgoing, PublishError, publish_confirmed
@@ -240,10 +241,17 @@ class RegistrationIntake:
         if reg.tenant not in known:
             raise EnvelopeError(f"tenant {reg.tenant!r} does not exist")
         source = (msg.partition() or 0, msg.offset() or 0)
-        if reg.op == "upsert":
+        if reg.op == RegistrationOp.UPSERT:
             doc = parse_document(reg.job)
             spec = validate_job(reg.tenant, doc, self.limits, now_ms)
-            return Op("upsert", reg.tenant, doc.id, spec=spec, version=reg.version, source=source)
+            return Op(
+                RegistrationOp.UPSERT,
+                reg.tenant,
+                doc.id,
+                spec=spec,
+                version=reg.version,
+                source=source,
+            )
         assert reg.id is not None
         return Op(reg.op, reg.tenant, reg.id, version=reg.version, source=source)
 

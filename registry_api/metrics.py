@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tickwheel.registry_api.errors import too_large
-from tickwheel.registry_api.state import Outcome
+from tickwheel.registry_api.state import CHANGING, Outcome
 
 # The request log's logger keeps the name docs/API.md gives it.
 log = logging.getLogger("tickwheel.registry_api.http")
@@ -47,7 +47,7 @@ class Metrics:
             ("outcome",),
             registry=self.registry,
         )
-        for outcome in ("created", "updated", "deleted", "paused", "resumed"):
+        for outcome in CHANGING:
             self.job_changes.labels(outcome)  # exported as 0 before the first change
 
     def changed(self, outcome: Outcome) -> None:

@@ -40,10 +40,11 @@ class Outcome(StrEnum):
 
     @property
     def changed(self) -> bool:
-        return self in _CHANGING
+        return self in CHANGING
 
 
-_CHANGING = {Outcome.CREATED, Outcome.UPDATED, Outcome.DELETED, Outcome.PAUSED, Outcome.RESUMED}
+# The outcomes that changed the job, in a stable order (metrics export one counter each).
+CHANGING = (Outcome.CREATED, Outcome.UPDATED, Outcome.DELETED, Outcome.PAUSED, Outcome.RESUMED)
 
 
 @dataclass(frozen=True)
