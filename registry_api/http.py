@@ -4,7 +4,9 @@ The app is assembled here from modules of one concern each:
 
     routes.py    the endpoints (jobs, runs, operations)
     params.py    what a request hands an endpoint: the registry context, the bearer key's
-                 tenant, shared path and query parameters
+                 tenant (and the check run before a body is read), shared path and query
+                 parameters
+    body.py      request bodies: strict JSON, read only after authentication
     models.py    response models: what the OpenAPI schema promises
     errors.py    the two error shapes and the exception → answer mapping
     render.py    stored jobs and runs as response bodies
@@ -15,7 +17,7 @@ The app is assembled here from modules of one concern each:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from fastapi import FastAPI
 
@@ -27,6 +29,7 @@ from tickwheel.registry_api.metrics import Metrics, Observe
 from tickwheel.registry_api.params import Registry
 from tickwheel.registry_api.routes import jobs, operations
 from tickwheel.registry_api.store import RegistryStore
+from tickwheel.runtime import PartState
 
 # A body may be twice the payload limit (pretty-printed JSON) plus room for the other fields.
 BODY_OVERHEAD_BYTES = 64 * 1024
@@ -34,16 +37,23 @@ BODY_MIN_BYTES = 1 << 20  # bytes; the body limit never drops below this
 
 
 def create_app(
-    store: RegistryStore, limits: Limits, *, clock: Callable[[], int] = now_ms
+    store: RegistryStore,
+    limits: Limits,
+    *,
+    clock: Callable[[], int] = now_ms,
+    parts: Mapping[str, PartState] | None = None,
 ) -> FastAPI:
-    """The registry HTTP API over `store`; `clock` gives now in UTC milliseconds."""
+    """The registry HTTP API over `store`; `clock` gives now in UTC milliseconds; `parts`, the
+    process's health records, are reported (and a dead one fails) by /healthz."""
     metrics = Metrics()
     app = FastAPI(
         title="tickwheel registry",
         version="1",
         description="Register, inspect and control scheduled jobs (see docs/API.md).",
     )
-    app.state.registry = Registry(store, limits, clock, metrics, KeyCache(store.tenant_for_key))
+    app.state.registry = Registry(
+        store, limits, clock, metrics, KeyCache(store.tenant_for_key), parts or {}
+    )
     max_body = max(BODY_MIN_BYTES, 2 * limits.payload_limit_bytes + BODY_OVERHEAD_BYTES)
     app.add_middleware(Observe, metrics=metrics, max_body_bytes=max_body)
     install_error_handlers(app)

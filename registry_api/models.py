@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from pydantic import BaseModel, Field
 
 from tickwheel.domain import JobKind, JobStatus, RunStatus, literal_of
-from tickwheel.registry_api.document import JobDocument
+from tickwheel.registry_api.document import VERSION_MAX, JobDocument
 
 # The statuses a job can be seen in (a deleted job is not found), a run's, a job's kinds.
 if TYPE_CHECKING:
@@ -28,7 +28,14 @@ class Job(JobDocument):
         ..., description="next scheduled instant, ISO-8601 UTC; null when nothing is due"
     )
     status: VisibleStatus
-    version: int = Field(..., ge=1, description="bumped by every change")
+    version: int = Field(
+        ...,
+        ge=1,
+        description=(
+            "starts at 1 and is bumped by every change; an explicit version (Kafka "
+            f"registrations) is an integer from 1 to {VERSION_MAX} (2^53 - 1)"
+        ),
+    )
     created_at: str = Field(..., description="ISO-8601 UTC")
     updated_at: str = Field(..., description="ISO-8601 UTC")
 
@@ -68,9 +75,23 @@ class ValidationErrorBody(BaseModel):
     detail: list[FieldError]
 
 
+class PartHealth(BaseModel):
+    alive: bool
+    error: str | None = Field(None, description="why the part died")
+    updated_at: str = Field(..., description="ISO-8601 UTC of the part's last report")
+    detail: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the part's own state; the intake: consuming, last_batch_at, partitions, "
+        "failing, last_error",
+    )
+
+
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     detail: str | None = None
+    parts: dict[str, PartHealth] = Field(
+        default_factory=dict, description="each long-running part of the process"
+    )
 
 
 def responses(*codes: int) -> dict[int | str, dict[str, Any]]:

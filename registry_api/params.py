@@ -3,8 +3,8 @@ and the path and query parameters the job endpoints share."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
@@ -14,6 +14,7 @@ from tickwheel.registry_api.auth import KeyCache, authenticate
 from tickwheel.registry_api.document import JOB_ID_PATTERN, Limits
 from tickwheel.registry_api.metrics import Metrics
 from tickwheel.registry_api.store import PAGE_LIMIT_MAX, RegistryStore
+from tickwheel.runtime import PartState
 
 PAGE_LIMIT_DEFAULT = 100
 
@@ -27,6 +28,8 @@ class Registry:
     clock: Callable[[], int]  # now, UTC milliseconds
     metrics: Metrics
     keys: KeyCache
+    # The process's health records of its long-running parts, which /healthz reports.
+    parts: Mapping[str, PartState] = field(default_factory=dict)
 
 
 def registry_of(request: Request) -> Registry:
@@ -39,6 +42,12 @@ _bearer = HTTPBearer(
     scheme_name="ApiKey",
     description="The tenant's API key (`tickwheel tenant add NAME`) as `Bearer <key>`.",
 )
+
+
+async def authenticate_request(request: Request) -> None:
+    """Refuse (AuthProblem → 401) a request without a valid bearer key. Routes with a body run
+    this before the body is read (body.authenticated_first)."""
+    await authenticate(request.headers.get("authorization"), registry_of(request).keys)
 
 
 async def tenant_of(

@@ -7,11 +7,13 @@ fields come back in the document's own order (jsonb would give them ordered by k
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from tickwheel.clock import format_datetime, format_ms
 from tickwheel.registry_api.document import Backoff, Dst, JobDocument, Misfire, Target
 from tickwheel.registry_api.store import JobView, RunView
+from tickwheel.runtime import PartState
 
 _FIELD_ORDER = tuple(JobDocument.model_fields)
 _NESTED_ORDER = {
@@ -68,4 +70,17 @@ def run_body(run: RunView) -> dict[str, Any]:
         "started_at": iso_dt(run.started_at),
         "finished_at": iso_dt(run.finished_at),
         "last_error": run.last_error,
+    }
+
+
+def parts_body(parts: Mapping[str, PartState]) -> dict[str, Any]:
+    """The process's long-running parts as /healthz reports them."""
+    return {
+        name: {
+            "alive": part.alive,
+            "error": part.error,
+            "updated_at": iso_ms(int(part.updated_at * 1000)),
+            "detail": dict(part.detail),
+        }
+        for name, part in parts.items()
     }

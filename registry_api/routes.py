@@ -17,6 +17,7 @@ from prometheus_client.exposition import generate_latest
 from starlette.responses import Response
 
 from tickwheel.domain import RegistrationOp
+from tickwheel.registry_api.body import authenticated_first
 from tickwheel.registry_api.cursors import (
     CursorError,
     jobs_after,
@@ -51,17 +52,19 @@ from tickwheel.registry_api.params import (
     Limit,
     Registry,
     Tenant,
+    authenticate_request,
 )
 from tickwheel.registry_api.patch import merge_patch
-from tickwheel.registry_api.render import job_body, run_body
+from tickwheel.registry_api.render import job_body, parts_body, run_body
 from tickwheel.registry_api.state import Op, Outcome
 from tickwheel.registry_api.store import JobView
 
 PATCH_RETRIES = 5  # read-merge-write rounds before a PATCH gives up on a busy job
 HEALTH_TIMEOUT_S = 2.0  # seconds /healthz waits for the database
 
-jobs = APIRouter()
-operations = APIRouter()
+# Routes with a body authenticate before reading it, and read it strictly (body.py).
+jobs = APIRouter(route_class=authenticated_first(authenticate_request))
+operations = APIRouter(route_class=authenticated_first(authenticate_request))
 
 
 async def _apply_one(ctx: Registry, op: Op) -> Outcome:
@@ -174,7 +177,8 @@ async def patch_job(
     ],
     ctx: Ctx,
 ) -> Response:
-    if problems := storable_problems(patch):
+    # Field by field, so that each field's nesting counts from the field itself.
+    if problems := [p for name, value in patch.items() for p in storable_problems(value, name)]:
         raise JobValidationError(problems)
     for _ in range(PATCH_RETRIES):
         view = await _current(ctx, tenant, job_id)
@@ -285,17 +289,37 @@ async def list_runs(
     "/healthz",
     response_model=Health,
     tags=["operations"],
-    summary="Liveness and database reachability (no auth)",
-    responses={503: {"model": Health, "description": "the database does not answer"}},
+    summary="Each part's state and database reachability (no auth)",
+    responses={
+        503: {
+            "model": Health,
+            "description": "a part has died, or the database does not answer",
+        }
+    },
 )
 async def healthz(ctx: Ctx) -> Response:
+    reported = parts_body(ctx.parts)
+    dead = sorted(name for name, part in reported.items() if not part["alive"])
+    if dead:
+        return JsonResponse(
+            {
+                "status": "unavailable",
+                "detail": f"part(s) {', '.join(dead)} ended; the process is stopping",
+                "parts": reported,
+            },
+            status_code=503,
+        )
     problem = await ctx.store.health(HEALTH_TIMEOUT_S)
     if problem is not None:
         return JsonResponse(
-            {"status": "unavailable", "detail": f"the database does not answer ({problem})"},
+            {
+                "status": "unavailable",
+                "detail": f"the database does not answer ({problem})",
+                "parts": reported,
+            },
             status_code=503,
         )
-    return JsonResponse({"status": "ok"})
+    return JsonResponse({"status": "ok", "parts": reported})
 
 
 @operations.get(

@@ -133,15 +133,10 @@ def run(settings: Settings, say: Callable[[str], None]) -> None:
 def _find_rejection(settings: Settings, topic: str, original: bytes) -> str:
     import base64
 
-    from confluent_kafka import Consumer
+    from tickwheel.kafka import consumer
 
-    cons = Consumer(
-        {
-            "bootstrap.servers": settings.effective_kafka,
-            "group.id": f"demo-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
+    cons = consumer(
+        settings.effective_kafka, f"demo-{uuid.uuid4()}", **{"enable.auto.commit": False}
     )
     cons.subscribe([topic])
     try:
