@@ -45,6 +45,7 @@ import asyncpg
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from tickwheel.db import is_data_error
+from tickwheel.domain import RegistrationOp
 from tickwheel.envelopes import EnvelopeError, Registration, Rejection
 from tickwheel.faults import crash_point, fail_point
 from tickwheel.kafka import BatchConsumer, Outgoing, PublishError, publish_confirmed
@@ -399,11 +400,16 @@ class RegistrationIntake:
             raise EnvelopeError(f"tenant {reg.tenant!r} does not exist")
         check_version(reg.version)
         source = (msg.partition() or 0, msg.offset() or 0)
-        if reg.op == "upsert":
+        if reg.op == RegistrationOp.UPSERT:
             doc = parse_document(reg.job)
             spec = validate_job(reg.tenant, doc, self.limits, now_ms)
             return Op(
-                "upsert", reg.tenant, spec.job_id, spec=spec, version=reg.version, source=source
+                RegistrationOp.UPSERT,
+                reg.tenant,
+                spec.job_id,
+                spec=spec,
+                version=reg.version,
+                source=source,
             )
         assert reg.id is not None
         return Op(reg.op, reg.tenant, reg.id, version=reg.version, source=source)

@@ -19,7 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-PRIORITIES = ("high", "normal", "low")
+from tickwheel.domain import PRIORITIES, Priority
 
 
 class ConfigError(ValueError):
@@ -43,7 +43,11 @@ class Settings(BaseSettings):
         "tickwheel", pattern=r"^[A-Za-z0-9._-]{1,100}$", description="prefix of every topic name"
     )
     priority_weights: dict[str, int] = Field(
-        default_factory=lambda: {"high": 6, "normal": 3, "low": 1},
+        default_factory=lambda: {
+            Priority.HIGH.value: 6,
+            Priority.NORMAL.value: 3,
+            Priority.LOW.value: 1,
+        },
         description="relative share of worker polls per priority topic",
     )
     payload_limit_bytes: int = Field(262_144, ge=1, description="max job payload, bytes")

@@ -17,6 +17,7 @@ import asyncpg
 # asyncpg's client-side input error (its public `DataError` is the server's SQLSTATE 22000).
 from asyncpg.exceptions._base import DataError as ClientDataError
 
+from tickwheel.domain import PRIORITIES
 from tickwheel.queries import QUERIES
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -101,7 +102,7 @@ CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
     "tenants_name_form": ("name", "must match [A-Za-z0-9._-]{1,64}"),
     "tenants_pkey": ("name", "a tenant with this name exists already"),
     "jobs_id_form": ("id", "must match [A-Za-z0-9._:-]{1,128}"),
-    "jobs_priority": ("priority", "must be one of high, normal, low"),
+    "jobs_priority": ("priority", f"must be one of {', '.join(PRIORITIES)}"),
     "jobs_max_attempts": ("max_attempts", "must be at least 1"),
     "jobs_schedule_xor_at": ("schedule", "give exactly one of schedule and at"),
     "jobs_handler_xor_target": ("handler", "give exactly one of handler and target"),

@@ -18,25 +18,33 @@ from typing import Any
 
 import orjson
 
+from tickwheel import domain
+from tickwheel.domain import RegistrationOp, run_key
+
+__all__ = [
+    "DeadLetter",
+    "EnvelopeError",
+    "Registration",
+    "Rejection",
+    "RunEnvelope",
+    "parse_run_key",
+    "run_key",
+]
+
 RUN_ENVELOPE_VERSION = 1
-RUN_KEY_FORM = re.compile(r"^(?P<tenant>[^/@]+)/(?P<job_id>[^/@]+)@(?P<ms>-?\d+)$")
-REGISTRATION_OPS = ("upsert", "delete", "pause", "resume")
+REGISTRATION_OPS = tuple(op.value for op in RegistrationOp)
 
 
 class EnvelopeError(ValueError):
     """A message that does not have the shape of its topic; names the field."""
 
 
-def run_key(tenant: str, job_id: str, scheduled_ms: int) -> str:
-    """`<tenant>/<job_id>@<unix_ms>`: the identity of one run everywhere (DESIGN §3)."""
-    return f"{tenant}/{job_id}@{scheduled_ms}"
-
-
 def parse_run_key(key: str) -> tuple[str, str, int]:
-    match = RUN_KEY_FORM.match(key)
-    if not match:
-        raise EnvelopeError(f"run_key must look like <tenant>/<job_id>@<unix_ms>, not {key!r}")
-    return match["tenant"], match["job_id"], int(match["ms"])
+    """`domain.parse_run_key`, failing as a malformed message does here: EnvelopeError."""
+    try:
+        return domain.parse_run_key(key)
+    except domain.RunKeyError as exc:
+        raise EnvelopeError(str(exc)) from None
 
 
 # A run of 19+ digits may be an integer beyond 64 bits, which orjson silently turns into a
@@ -183,9 +191,9 @@ class Registration:
     def __post_init__(self) -> None:
         if self.op not in REGISTRATION_OPS:
             raise EnvelopeError(f"field 'op' must be one of {', '.join(REGISTRATION_OPS)}")
-        if self.op == "upsert" and self.job is None:
+        if self.op == RegistrationOp.UPSERT and self.job is None:
             raise EnvelopeError("field 'job' is missing (op 'upsert' carries the job document)")
-        if self.op != "upsert" and self.id is None:
+        if self.op != RegistrationOp.UPSERT and self.id is None:
             raise EnvelopeError(f"field 'id' is missing (op {self.op!r} names a job by id)")
 
     @property

@@ -7,8 +7,8 @@ import pytest
 
 from tickwheel.bench.analysis import summarize
 from tickwheel.bench.observe import fetch_runs, run_deliveries
-from tickwheel.devstack import Addresses
 from tickwheel.kafka import Outgoing, producer, publish_confirmed
+from tickwheel.stack import Addresses
 from tickwheel.topics import Topics
 
 pytestmark = pytest.mark.integration

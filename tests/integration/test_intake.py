@@ -21,10 +21,10 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from tickwheel.config import load_settings
-from tickwheel.devstack import Addresses
 from tickwheel.kafka import consumer, producer
 from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.store import RegistryStore
+from tickwheel.stack import Addresses
 from tickwheel.topics import Topics
 
 pytestmark = pytest.mark.integration

@@ -32,7 +32,6 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tickwheel.config import Settings, load_settings
-from tickwheel.devstack import Addresses
 from tickwheel.kafka import producer
 from tickwheel.registry_api.document import VERSION_MAX
 from tickwheel.registry_api.http import create_app
@@ -40,6 +39,7 @@ from tickwheel.registry_api.intake import PRODUCER_MESSAGE_MAX_BYTES
 from tickwheel.registry_api.service import intake_group, limits_of, make_intake
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import EXIT_OK, EXIT_PART_DIED, Process
+from tickwheel.stack import Addresses
 from tickwheel.topics import Topics
 
 pytestmark = pytest.mark.integration

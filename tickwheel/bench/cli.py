@@ -17,23 +17,12 @@ from typing import Any
 
 import click
 
+from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings
 from tickwheel.config import Settings
 
 DEFAULT_JOBS = 100_000
 BASELINE_JOBS_MAX = 100_000  # the baseline's rate is measured on at most this many jobs
 FAR_FUTURE_MS = 3_600_000  # the baseline's jobs are registered an hour ahead, then made due
-
-
-def _settings() -> Settings:
-    from tickwheel.cli import settings
-
-    return settings()
-
-
-def _fail(message: str, code: int = 1) -> None:
-    from tickwheel.cli import fail
-
-    fail(message, code)
 
 
 @click.group("bench")
@@ -110,7 +99,7 @@ def _burst_config(
     try:
         handler = Handler.parse(handler_text)
     except ValueError as exc:
-        _fail(str(exc), 2)
+        fail(str(exc), EXIT_BAD_INPUT)
     folder = log_dir or Path(tempfile.mkdtemp(prefix="tickwheel-bench-"))
     click.echo(f"process logs: {folder}", err=True)
     return BurstConfig(
@@ -149,9 +138,9 @@ def _run(coro: Any) -> Any:
     try:
         return asyncio.run(coro)
     except FleetError as exc:
-        _fail(f"a benchmark process failed: {exc}")
+        fail(f"a benchmark process failed: {exc}")
     except (OSError, asyncpg.PostgresError, KafkaException, TimeoutError) as exc:
-        _fail(f"benchmark stopped: {type(exc).__name__}: {exc}")
+        fail(f"benchmark stopped: {type(exc).__name__}: {exc}")
 
 
 async def _baseline(s: Settings, cfg: Any, jobs: int) -> Any:
@@ -225,7 +214,7 @@ def hot_second(
     from tickwheel.bench.scratch import scratch
     from tickwheel.clock import format_ms
 
-    s = _settings()
+    s = settings()
     cfg = _burst_config(
         s, jobs, spread_ms, shards, schedulers, workers, concurrency, handler_text,
         registration, partitions, lead_s, log_dir,
@@ -290,7 +279,7 @@ def steady(
     from tickwheel.bench.scratch import scratch
     from tickwheel.clock import format_ms
 
-    s = _settings()
+    s = settings()
     cfg = _burst_config(
         s, rate * duration, duration * 1000, shards, schedulers, workers, concurrency,
         handler_text, registration, partitions, lead_s, log_dir,
@@ -339,7 +328,7 @@ def baseline_poller(start_at_ms: int) -> None:
     """One naive poller of the baseline (started by `hot-second`, on its scratch resources)."""
     from tickwheel.bench.baseline import poll_until_drained
 
-    s = _settings()
+    s = settings()
     claimed = asyncio.run(
         poll_until_drained(s.effective_dsn, s.effective_kafka, s.topic_prefix, start_at_ms)
     )

@@ -6,14 +6,14 @@ for click's own usage errors too, which would otherwise print the usage block fi
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
 
+from tickwheel.clock import format_seconds, now_ms
 from tickwheel.schedule.cron import DstGap, DstOverlap, parse_cron
 from tickwheel.schedule.errors import ScheduleError
-from tickwheel.schedule.instants import format_utc, parse_instant
+from tickwheel.schedule.instants import parse_instant
 
 EXIT_BAD_INPUT = 2  # exit code for bad input, as click uses for usage errors
 MAX_COUNT = 100_000  # instants one call may print (it computes them all before printing)
@@ -91,9 +91,9 @@ def next_command(
     """
     try:
         schedule = parse_cron(expr, tz=tz, key=key, dst_gap=dst_gap, dst_overlap=dst_overlap)
-        after_ms = time.time_ns() // 1_000_000 if after is None else parse_instant(after, "after")
+        after_ms = now_ms() if after is None else parse_instant(after, "after")
     except ScheduleError as exc:
         _fail(ctx, exc)
         return
     for instant in schedule.next_n(after_ms, count):
-        click.echo(format_utc(instant))
+        click.echo(format_seconds(instant))
