@@ -65,6 +65,7 @@ class BurstConfig:
     partitions: int
     lead_s: float | None
     log_dir: Path
+    horizon_s: int  # the schedulers' TICKWHEEL_HORIZON_S
 
 
 @dataclass
@@ -81,13 +82,14 @@ class BurstResult:
     scheduler_rss_empty: int
     scheduler_rss_loaded: int
     timed_out: bool
+    loaded_jobs: int  # jobs the wheels were to hold before T0 (those within the horizon)
     notes: list[str] = field(default_factory=list)
 
     @property
     def memory_per_job_bytes(self) -> float | None:
-        if not self.scheduler_rss_loaded or not self.scheduler_rss_empty:
+        if self.loaded_at_ms is None or not self.scheduler_rss_empty or not self.loaded_jobs:
             return None
-        return (self.scheduler_rss_loaded - self.scheduler_rss_empty) / self.config.jobs
+        return (self.scheduler_rss_loaded - self.scheduler_rss_empty) / self.loaded_jobs
 
     def meta(self) -> dict[str, Any]:
         c = self.config
@@ -172,16 +174,20 @@ async def run_burst(res: Scratch, cfg: BurstConfig, say: Callable[[str], None]) 
             if now_ms() >= t0_ms:
                 notes.append("registration ended after T0: give a longer --lead-s")
 
-            loaded_at, rss_loaded = await _wait_for_wheels(fleet, ports, cfg.jobs, t0_ms, say)
+            # Leaders load only their horizon: with a long spread, the later jobs come later.
+            horizon_end_ms = now_ms() + cfg.horizon_s * 1000
+            loadable = sum(1 for due in dues if due < horizon_end_ms)
+            loaded_at, rss_loaded = await _wait_for_wheels(fleet, ports, loadable, t0_ms, say)
             t0_before_loaded = loaded_at is None or loaded_at > t0_ms
             if t0_before_loaded:
                 notes.append("T0 came before the wheels held every job")
             timed_out = await _follow(conn, fleet, cfg, t0_ms)
             await asyncio.sleep(LINGER_AFTER_DONE_S)
             fleet.check()
-        finally:
             fleet.stop()
             rows = await fetch_runs(conn)
+        finally:
+            fleet.stop()
             await conn.close()
     say("reading the run topics ...")
     deliveries = dict(run_deliveries(res.kafka, res.topics))
@@ -198,6 +204,7 @@ async def run_burst(res: Scratch, cfg: BurstConfig, say: Callable[[str], None]) 
         scheduler_rss_empty=rss_empty,
         scheduler_rss_loaded=rss_loaded,
         timed_out=timed_out,
+        loaded_jobs=loadable,
         notes=notes,
     )
 

@@ -114,6 +114,7 @@ def _burst_config(
         partitions=partitions or s.topic_partitions,
         lead_s=lead_s,
         log_dir=folder,
+        horizon_s=s.horizon_s,
     )
 
 
