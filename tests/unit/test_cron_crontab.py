@@ -12,6 +12,7 @@ from calendar import monthrange
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from unittest import mock
 
 import pytest
 from click.testing import CliRunner
@@ -25,9 +26,12 @@ from tickwheel.registry_api.document import (
     validate_job,
 )
 from tickwheel.schedule import ScheduleError, format_utc, parse_at, parse_cron
+from tickwheel.schedule import cron as cron_module
 from tickwheel.schedule.cli import EXIT_FEWER, cron
 
 pytestmark = pytest.mark.unit
+
+NEVER_JUMP_S = 10**12  # a margin no skipped stretch can exceed: the walk visits every segment
 
 
 def _fires(expr: str, after: str, count: int, tz: str = "UTC", **policies: str) -> list[str]:
@@ -213,6 +217,9 @@ def test_cli_says_why_it_prints_fewer_than_asked() -> None:
         # A fifth Sunday of March is the spring-forward day: 02:30 does not exist, shift to 03:00.
         ("30 2 * 3 SUN#5", "Europe/Berlin", "2026-04-01T00:00:00Z",
          ["2030-03-31T01:00:00Z", "2031-03-30T01:00:00Z"]),
+        # A fifth Sunday of October is the fall-back day: 02:00 happens twice (both fire here).
+        ("0 2 * 10 SUN#5", "Europe/Berlin", "2026-01-01T00:00:00Z",
+         ["2027-10-31T00:00:00Z", "2027-10-31T01:00:00Z", "2028-10-29T00:00:00Z"]),
         # Just before a fall-back with dst.overlap=both: the repeated 02:30 still fires.
         ("30 2 27 10 *", "Europe/Berlin", "2024-10-27T00:45:00Z",
          ["2024-10-27T01:30:00Z", "2025-10-27T01:30:00Z"]),
@@ -239,6 +246,40 @@ def test_a_sparse_fire_is_found_from_anywhere_before_it(
     assert fire is not None
     between = after_s * 1000 + int((fire - after_s * 1000 - 1) * fraction)
     assert schedule.next_after(between) == fire
+
+
+SPARSE_FIRES_COMPARED = 4  # consecutive fires compared per example
+SPARSE_EXPRESSIONS = [
+    "0 0 * 2 MON#5",
+    "30 2 * 3 SUN#5",
+    "0 2 * 10 SUN#5",
+    "*/30 2 * 10 SUN#5",
+    "30 1 * 11 1#1",
+    "30 0 */29 2 MON",
+    "0 1 LW 10 *",
+    "30 23 * 4 SAT#1",  # Santiago falls back at 24:00 on a Saturday night in April
+    "30 2 * 3 FRI#5",  # Gaza and Casablanca move their clocks around 02:00
+]
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    expr=st.sampled_from(SPARSE_EXPRESSIONS),
+    tz=st.sampled_from(["Europe/Berlin", "America/Santiago", "Africa/Casablanca", "Asia/Gaza"]),
+    gap=st.sampled_from(["shift", "skip"]),
+    overlap=st.sampled_from(["first", "last", "both"]),
+    year=st.integers(1975, 2150),
+    second_of_year=st.integers(0, 365 * 86_400),
+)
+def test_jumping_over_segments_never_changes_an_answer(
+    expr: str, tz: str, gap: str, overlap: str, year: int, second_of_year: int
+) -> None:
+    """next_after equals the segment-by-segment walk it shortcuts, for every DST policy."""
+    schedule = parse_cron(expr, tz=tz, dst_gap=gap, dst_overlap=overlap)
+    after_ms = parse_at(f"{year}-01-01T00:00:00Z") + second_of_year * 1000
+    with mock.patch.object(cron_module, "_JUMP_MARGIN_S", NEVER_JUMP_S):
+        walked = schedule.next_n(after_ms, SPARSE_FIRES_COMPARED)
+    assert schedule.next_n(after_ms, SPARSE_FIRES_COMPARED) == walked
 
 
 # --- the differential test -----------------------------------------------------------------------
