@@ -31,7 +31,11 @@ mapped to instants by these rules:
 
 Evaluation walks the zone's offset segments (`zones.py`): within a segment wall time and instant
 differ by a constant, so the next fire in a segment is the next matching wall time in the part of
-the segment's wall-time range the policies allow, found by `wallclock.py` without DST.
+the segment's wall-time range the policies allow, found by `wallclock.py` without DST. When the
+next matching wall time is years ahead (`0 0 * 2 MON#5`), the segments in between cannot fire,
+so the walk jumps to the one just before it instead of visiting each. The supported range ends
+on a UTC instant, 9000-01-01T00:00:00Z: wall times run into local year 9000, and only instants
+are cut.
 """
 
 from __future__ import annotations

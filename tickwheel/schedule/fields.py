@@ -37,7 +37,6 @@ from __future__ import annotations
 import re
 from calendar import monthrange
 from dataclasses import dataclass
-from datetime import date
 
 STEPS = "lists a,b, ranges a-b, steps */n or a-b/n, or H forms"
 
@@ -129,17 +128,28 @@ class DayRule:
 
     def days_of(self, year: int, month: int) -> tuple[int, ...]:
         """The days of `month` in `year` that fire, ascending."""
-        length = monthrange(year, month)[1]
+        monday_first, length = monthrange(year, month)
         both = self.dom_star or self.dow_star  # the day-field rule: `*` first means AND
         if (self.dom_all and self.dow_all) or (not both and (self.dom_all or self.dow_all)):
             return tuple(range(1, length + 1))
-        # cron numbers weekdays from Sunday = 0; date.weekday() from Monday = 0.
-        first_weekday = (date(year, month, 1).weekday() + 1) % 7
+        # cron numbers weekdays from Sunday = 0; calendar from Monday = 0.
+        first_weekday = (monday_first + 1) % 7
+        if self.dow_all:  # ANDed with every day: the day-of-month days alone
+            return tuple(sorted(self._dom_days(length, first_weekday)))
+        if self.dom_all:
+            if not self.dow_nth and not self.dow_last:
+                weekdays = self.dow
+                return tuple(
+                    d for d in range(1, length + 1) if (first_weekday + d - 1) % 7 in weekdays
+                )
+            return tuple(
+                d for d in range(1, length + 1) if self._dow_matches(d, length, first_weekday)
+            )
         dom_days = self._dom_days(length, first_weekday)
         found = []
         for day in range(1, length + 1):
-            dom_ok = self.dom_all or day in dom_days
-            dow_ok = self.dow_all or self._dow_matches(day, length, first_weekday)
+            dom_ok = day in dom_days
+            dow_ok = self._dow_matches(day, length, first_weekday)
             if (dom_ok and dow_ok) if both else (dom_ok or dow_ok):
                 found.append(day)
         return tuple(found)
