@@ -202,6 +202,17 @@ def test_cli_says_why_it_prints_fewer_than_asked() -> None:
     )
 
 
+def test_why_none_names_the_range_end_or_the_horizon() -> None:
+    """The reason for no further fire is the range end near 9000, else the 50-year horizon."""
+    schedule = parse_cron("0 0 1 1 *")
+    assert schedule.why_none(parse_at("8990-01-01T00:00:00Z")) == (
+        "the supported range ends at 9000-01-01T00:00:00Z"
+    )
+    assert schedule.why_none(parse_at("2026-05-01T00:00:00Z")) == (
+        "the schedule does not fire within 50 years of 2026-05-01T00:00:00Z"
+    )
+
+
 # --- 5. sparse schedules in DST zones ------------------------------------------------------------
 
 
