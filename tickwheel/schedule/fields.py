@@ -275,10 +275,12 @@ def _day_of_month(text: str, index: int) -> _DomParts:
                 if not DAY_OF_MONTH.low <= day <= DAY_OF_MONTH.high:
                     raise _Invalid(f"'W' needs a day 1-31, as in 15W; got {item!r}")
                 parts.nearest.add(day)
-            elif "L" in upper or "W" in upper or "?" in item:
+            elif "?" in item:
+                raise _Invalid("'?' stands alone, as the whole field")
+            elif "L" in upper or "W" in upper:
                 raise _Invalid(
-                    f"{item!r} mixes L, W or ? into another form; L, LW and nW (15W) "
-                    "stand alone as items"
+                    f"{item!r} mixes L or W into another form; L, LW and nW (15W) stand alone "
+                    "as items"
                 )
             else:
                 parts.values.update(_item_values(item, DAY_OF_MONTH))
@@ -310,7 +312,9 @@ def _day_of_week(text: str, index: int) -> _DowParts:
                     "'L' in day-of-week needs a weekday: 5L (or FRIL) is the last Friday "
                     "of the month"
                 )
-            elif "#" in item or "?" in item:
+            elif "?" in item:
+                raise _Invalid("'?' stands alone, as the whole field")
+            elif "#" in item:
                 raise _Invalid(None)
             else:
                 parts.values.update(_item_values(item, DAY_OF_WEEK))
