@@ -747,3 +747,84 @@ async def test_http_target_rate_limit_holds_under_a_burst(
     print(f"busiest second: {busiest} requests; span {times[-1] - times[0]:.2f}s")
     assert busiest <= rate + burst + 2  # +2: server-side timestamps jitter
     assert times[-1] - times[0] >= (runs - burst) / rate * 0.95
+
+
+# --- tests: leases, timeouts, tenant caps, graceful stop -----------------------------------------
+
+TENANT_LOAD: Counter[str] = Counter()
+TENANT_PEAK: Counter[str] = Counter()
+
+
+@handler("it.sleep")
+async def sleep(ctx: Context, payload: Any) -> None:
+    TENANT_LOAD[ctx.tenant] += 1
+    TENANT_PEAK[ctx.tenant] = max(TENANT_PEAK[ctx.tenant], TENANT_LOAD[ctx.tenant])
+    try:
+        await asyncio.sleep(payload["sleep_s"])
+    finally:
+        TENANT_LOAD[ctx.tenant] -= 1
+
+
+async def test_heartbeat_keeps_long_runs_and_timeout_fails_the_attempt(
+    stack: Addresses, db_dsn: str, topics: Topics, tenant: str
+) -> None:
+    """a run longer than its lease keeps it through heartbeats and succeeds (not fenced); a
+    run past its timeout_ms is a retryable failure naming the timeout"""
+    specs = [
+        RunSpec("long", handler="it.sleep", payload={"sleep_s": 2.5}),
+        RunSpec("late", handler="it.sleep", payload={"sleep_s": 5}, timeout_ms=300),
+    ]
+    await create_runs(db_dsn, tenant, specs)
+    publish(stack.kafka, topics, tenant, specs)
+    settings = worker_settings(stack, db_dsn, topics, lease_s=1)
+    async with running_worker(settings) as worker:
+        await wait_for(lambda: statuses_are(db_dsn, tenant, "running", 1), 30, "long started")
+        await asyncio.sleep(1.8)  # past the first lease
+        row = (await runs_of(db_dsn, tenant))["long"]
+        assert row["status"] == "running" and row["lease_until"] > row["db_now"]
+        await wait_for(lambda: statuses_are(db_dsn, tenant, "succeeded", 1), 30, "long done")
+        assert worker.metrics.executions.labels("fenced")._value.get() == 0
+    rows = await runs_of(db_dsn, tenant)
+    assert rows["late"]["status"] == "retrying"
+    assert rows["late"]["last_error"] == "timed out after 300 ms"
+
+
+async def test_tenant_concurrency_cap_holds(
+    stack: Addresses, db_dsn: str, topics: Topics, tenant: str
+) -> None:
+    """with a cap of 2 runs per tenant and 4 slots, each tenant reaches 2 executing runs and
+    never more"""
+    other = f"o{uuid.uuid4().hex[:10]}"
+    for name in (tenant, other):
+        specs = [
+            RunSpec(f"capped-{i}", handler="it.sleep", payload={"sleep_s": 0.1}) for i in range(12)
+        ]
+        await create_runs(db_dsn, name, specs)
+        publish(stack.kafka, topics, name, specs)
+    settings = worker_settings(stack, db_dsn, topics, worker_tenant_concurrency=2)
+    async with running_worker(settings, concurrency=4):
+        for name in (tenant, other):
+            await wait_for(lambda n=name: statuses_are(db_dsn, n, "succeeded", 12), 30, name)
+    assert TENANT_PEAK[tenant] == 2 and TENANT_PEAK[other] == 2
+
+
+async def test_sigterm_lets_in_flight_run_finish_and_exits_zero(
+    stack: Addresses,
+    db_dsn: str,
+    topics: Topics,
+    tenant: str,
+    workers: Subprocesses,
+    exec_log: Path,
+) -> None:
+    """SIGTERM mid-handler: the run finishes within the grace, is recorded, its offset is
+    committed, and the process exits 0"""
+    spec = RunSpec("inflight", payload={"sleep_first_s": 1.5})
+    await create_runs(db_dsn, tenant, [spec])
+    proc = workers.start("graceful")
+    publish(stack.kafka, topics, tenant, [spec])
+    await wait_for(lambda: asyncio.sleep(0, bool(executions(exec_log))), 30, "handler start")
+    proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(proc.wait, 30) == 0
+    assert (await runs_of(db_dsn, tenant))["inflight"]["status"] == "succeeded"
+    group = worker_group(load_settings(topic_prefix=topics.prefix))
+    assert committed_total(stack.kafka, group, [topics.runs("normal")]) == 1
