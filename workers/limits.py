@@ -2,9 +2,12 @@
 
 Both are pure: they take `now` (monotonic seconds) from the caller and own no clock or task.
 
-Token bucket: `rate_per_s` tokens per second up to `burst`. `reserve(now)` takes a token and
-says how long to wait before using it (0: at once). Reserving ahead, rather than refusing,
-queues concurrent callers fairly: the n-th caller of a burst waits (n - burst) / rate.
+Token bucket: `rate_per_s` tokens per second up to `burst`. `take(now)` takes a token if one
+is there (returns 0) or says how long until the next one (takes nothing); the caller sleeps
+and asks again, and sends right after a successful take. Tokens are taken at the moment of
+sending, never reserved ahead: a caller that reserved a future slot and then got out late
+(a busy loop, a slow connect) would send together with callers on time, and the host would
+see more than rate + burst in a second. Taken at send time, a late start only wastes tokens.
 
 Circuit breaker, per host:
 
@@ -22,6 +25,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+TOKEN_EPSILON = 1e-6  # tokens
+
 
 class TokenBucket:
     def __init__(self, rate_per_s: float, burst: int) -> None:
@@ -32,15 +37,17 @@ class TokenBucket:
         self._tokens = float(burst)
         self._at: float | None = None  # monotonic seconds of the last refill
 
-    def reserve(self, now: float) -> float:
-        """Take one token; return the seconds to wait before it may be used."""
+    def take(self, now: float) -> float:
+        """Take a token (return 0), or return the seconds until one is there (take nothing)."""
         if self._at is not None:
             self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate_per_s)
         self._at = now
-        self._tokens -= 1.0
-        if self._tokens >= 0:
+        # Refills are floats: 0.01 s at 100/s may come to 0.9999999 tokens, and a wait of
+        # 1e-9 s would not move a float clock; a hair below one token counts as one.
+        if self._tokens >= 1.0 - TOKEN_EPSILON:
+            self._tokens = max(0.0, self._tokens - 1.0)
             return 0.0
-        return -self._tokens / self.rate_per_s
+        return (1.0 - self._tokens) / self.rate_per_s
 
 
 class BreakerState(enum.StrEnum):

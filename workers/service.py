@@ -89,7 +89,7 @@ from tickwheel.workers.targets import HttpTargets, RetryableTargetError, TargetP
 log = logging.getLogger("tickwheel.worker")
 
 IDLE_WAIT_S = 0.5  # seconds the dispatcher sleeps when it has nothing to start (or a wake-up)
-LAG_EVERY_S = 5.0  # seconds between per-partition lag reports
+LAG_EVERY_S = 1.0  # seconds between per-partition lag reports (cached watermarks: cheap)
 DB_RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0)  # then the process dies (I9)
 RECORD_LINGER_S = 0.005  # after a first result, gather others finishing this long
 

@@ -12,8 +12,8 @@ A job may name `"target": {"url", "method", "headers"}` instead of a handler. Fo
        unless the matching allowlist entry names that very address (or `localhost` for
        loopback). The request then goes to the checked address (the Host header and TLS SNI
        keep the name), so a second DNS answer cannot swap in another address (DNS rebinding);
-    3. the host's token bucket gives the pace (waiting, not failing) and its circuit breaker,
-       when open, fails the call fast as retryable;
+    3. the host's token bucket gives the pace (waiting for a token, not failing) and its
+       circuit breaker, when open, fails the call fast as retryable;
     4. the response decides: 2xx success; 3xx with Location: next hop; 408, 429, 5xx,
        timeouts and connection errors retryable; any other status permanent. A refused URL
        or address is permanent: retrying cannot make it allowed.
@@ -31,7 +31,7 @@ import asyncio
 import ipaddress
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
@@ -52,6 +52,7 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 RETRYABLE_STATUSES = frozenset({408, 429})
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], Awaitable[list[Address]]]  # host, port → its addresses
 
 
 class RetryableTargetError(Exception):
@@ -127,8 +128,14 @@ def address_permitted(address: Address, entry: str) -> bool:
 class HttpTargets:
     """Calls HTTP targets for one worker process: one client, a bucket and breaker per host."""
 
-    def __init__(self, policy: TargetPolicy, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        policy: TargetPolicy,
+        client: httpx.AsyncClient | None = None,
+        resolve: Resolver | None = None,
+    ) -> None:
         self.policy = policy
+        self.resolve = resolve or _resolve
         self.client = client or httpx.AsyncClient(
             follow_redirects=False,
             trust_env=False,  # no proxy from the environment: we pinned the address
@@ -178,8 +185,8 @@ class HttpTargets:
         parts = urlsplit(url)
         host, port = parts.hostname or "", _port(parts)
         address = await self._checked_address(host, port, entry)
-        wait_s = self._bucket(host, port).reserve(time.monotonic())
-        if wait_s > 0:
+        bucket = self._bucket(host, port)
+        while (wait_s := bucket.take(time.monotonic())) > 0:
             await asyncio.sleep(wait_s)
         breaker = self._breaker(host, port)
         if not breaker.allow(time.monotonic()):
@@ -222,12 +229,9 @@ class HttpTargets:
             addresses = [literal]
         else:
             try:
-                infos = await asyncio.get_running_loop().getaddrinfo(
-                    host, port, type=socket.SOCK_STREAM
-                )
+                addresses = list(dict.fromkeys(await self.resolve(host, port)))
             except OSError as exc:
                 raise RetryableTargetError(f"cannot resolve target host {host!r}: {exc}") from None
-            addresses = list(dict.fromkeys(ipaddress.ip_address(i[4][0]) for i in infos))
         refused = [a for a in addresses if not address_permitted(a, entry)]
         if refused or not addresses:
             raise PermanentError(
@@ -251,6 +255,11 @@ class HttpTargets:
                 self.policy.breaker_failures, self.policy.breaker_cooldown_s
             )
         return breaker
+
+
+async def _resolve(host: str, port: int) -> list[Address]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [ipaddress.ip_address(info[4][0]) for info in infos]
 
 
 def _host_of(url: str) -> str:
