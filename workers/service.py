@@ -88,6 +88,7 @@ from tickwheel.workers.targets import HttpTargets, RetryableTargetError, TargetP
 
 log = logging.getLogger("tickwheel.worker")
 
+FETCH_POLL_S = 0.05  # seconds one fetch waits for messages
 IDLE_WAIT_S = 0.5  # seconds the dispatcher sleeps when it has nothing to start (or a wake-up)
 LAG_EVERY_S = 1.0  # seconds between per-partition lag reports (cached watermarks: cheap)
 DB_RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0)  # then the process dies (I9)
@@ -183,6 +184,11 @@ class Worker:
             consumer,
             list(self.level_of),
             settings.worker_batch,
+            # librdkafka's consume waits for a full batch or the timeout: a short timeout and
+            # no linger hand over what arrived at once, so a fast worker's queues never wait
+            # half a second for the next fetch while it has slots free.
+            poll_timeout_s=FETCH_POLL_S,
+            linger_s=0.0,
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             name="worker",

@@ -547,7 +547,7 @@ async def test_permanent_error_unknown_handler_and_bad_messages(
 ) -> None:
     """PermanentError and an unloaded handler dead-letter at attempt 1 of 3; an unreadable or
     forged message lands on the DLQ with its bytes; a run with no row is never executed; the
-    worker goes on and every offset is committed"""
+    worker goes on, every offset is committed and the lag gauges fall to 0"""
     specs = [
         RunSpec("refused", handler="it.permanent"),
         RunSpec("unloaded", handler="nobody.loaded_this"),
@@ -632,6 +632,7 @@ async def test_weighted_shares_under_saturation_and_low_never_starves(
             if all(len(queue) >= 20 for queue in worker.queues.values()):
                 saturated.append(len(LEVEL_ORDER))
             await asyncio.sleep(0.02)
+    assert saturated, "the three levels never had a backlog at the same time"
     window = LEVEL_ORDER[saturated[0] : saturated[-1]]
     shares = {lvl: window.count(lvl) / len(window) for lvl in ("high", "normal", "low")}
     print(f"window of {len(window)} saturated executions: shares {shares}")
