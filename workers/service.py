@@ -37,7 +37,9 @@ A delivery's path, and why a crash at any step loses nothing (I4, I5, I7):
     6. the results are written in one UPDATE fenced by `attempt = claimed AND status =
        'running'`. A crash after this and before step 7 redelivers the message: its claim
        finds the run finished and skips it — no second execution. A result fenced out (the
-       lease lapsed, the sweeper moved the run on) is dropped and counted as `fenced`.
+       lease lapsed, the sweeper moved the run on) is dropped and counted as `fenced`; if it
+       was a dead one, its DLQ message went out in step 5 anyway (at-least-once: the sweeper
+       may publish one as well).
     7. the delivery is done; each partition's highest contiguous done offset is stored, and
        librdkafka commits stored offsets in the background (and on revocation and close).
        Never a synchronous commit per message.
@@ -153,7 +155,6 @@ class Worker:
         self.topics = Topics(settings.topic_prefix)
         self.level_of = {self.topics.runs(p): p for p in PRIORITIES}
         self.store = RunStore(pool, worker_id, settings.lease_s * 1000)
-        self.pool = pool
         self.producer = producer
         self.offsets = ContiguousOffsets()
         self.queues: dict[str, deque[Delivery]] = {p: deque() for p in PRIORITIES}
