@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from tickwheel.domain import RunStatus
+from tickwheel.runtime import Process
 
 HANDLER_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 LATENESS_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 3600)
@@ -61,3 +66,19 @@ class WorkerMetrics:
             self.skipped.labels(reason)
         for kind in ("dead", "unreadable"):
             self.dlq.labels(kind)
+
+
+class PartsCollector(Collector):
+    """`tickwheel_worker_part_up{part}`: 1 while a part of the process runs, 0 once it ended
+    (I9: the metrics report each part's real state)."""
+
+    def __init__(self, process: Process) -> None:
+        self.process = process
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "tickwheel_worker_part_up", "1 while the part runs, 0 after it ended", labels=["part"]
+        )
+        for name, state in sorted(self.process.health.items()):
+            family.add_metric([name], 1.0 if state.alive else 0.0)
+        yield family

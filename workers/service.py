@@ -82,7 +82,7 @@ from tickwheel.runtime import Process
 from tickwheel.topics import Topics
 from tickwheel.workers import handlers
 from tickwheel.workers.handlers import Context, PermanentError
-from tickwheel.workers.metrics import WorkerMetrics
+from tickwheel.workers.metrics import PartsCollector, WorkerMetrics
 from tickwheel.workers.priorities import WeightedPicker
 from tickwheel.workers.retry import Decision, decide
 from tickwheel.workers.store import Attempted, Claim, ResultRow, RunId, RunStore
@@ -645,6 +645,7 @@ async def serve(
     size = (concurrency or settings.worker_concurrency) + 4
     pool = await db.create_pool(settings.effective_dsn, min_size=2, max_size=min(size, 20))
     process = Process("worker")
+    metrics.registry.register(PartsCollector(process))
     worker = make_worker(settings, pool, worker_id, concurrency, metrics)
     process.on_close(pool.close)
     worker.start(process)

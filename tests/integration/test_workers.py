@@ -462,6 +462,8 @@ async def test_crash_after_result_write_redelivery_is_skipped(
     metrics = scrape(port)
     assert 'tickwheel_worker_duplicates_skipped_total{reason="duplicate"} 1.0' in metrics
     assert 'tickwheel_worker_executions_total{outcome="succeeded"} 0.0' in metrics
+    for part in ("fetch", "dispatch", "record", "heartbeat"):
+        assert f'tickwheel_worker_part_up{{part="{part}"}} 1.0' in metrics
     assert sum(executions(exec_log).values()) == 1
     calm.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(calm.wait, 30) == 0
