@@ -16,6 +16,7 @@ from tickwheel.demo import demo
 from tickwheel.registry_api.cli import registry, tenant
 from tickwheel.schedule.cli import cron
 from tickwheel.stack.cli import dev
+from tickwheel.workers.cli import worker
 
 
 @click.group()
@@ -24,5 +25,5 @@ def main() -> None:
     """tickwheel: a distributed job scheduler."""
 
 
-for command in (cron, dev, db, topics, registry, tenant, demo):
+for command in (cron, dev, db, topics, registry, tenant, demo, worker):
     main.add_command(command)
