@@ -21,8 +21,9 @@ A job may name `"target": {"url", "method", "headers"}` instead of a handler. Fo
 The request carries `Idempotency-Key: <run key>`, so a downstream can drop the second
 delivery of an at-least-once run. The body is the job's payload as JSON.
 
-The allowlist match (`allowlist_entry`) is this module's own small check, the same rule as the
-registry's: scheme, host and port equal, path at or below the entry's path, no dot segments.
+The allowlist match is the registry's own rule (`tickwheel.targets.matching_entry`): the URL
+normalised, no credentials or dot segments (literal or encoded), scheme, host and port equal,
+path at or below the entry's path on a segment boundary.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx
 import orjson
 
+from tickwheel.targets import TargetError, matching_entry
 from tickwheel.workers.handlers import PermanentError
 from tickwheel.workers.limits import CircuitBreaker, TokenBucket
 
@@ -69,25 +71,12 @@ class TargetPolicy:
 
 
 def allowlist_entry(url: str, allowlist: Sequence[str]) -> str | None:
-    """The allowlist entry `url` falls under, or None (see the module docstring)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    """The allowlist entry `url` falls under, or None: the registry's rule (tickwheel.targets),
+    where a URL that is not acceptable at all (credentials, dot segments, …) matches nothing."""
+    try:
+        return matching_entry(url, allowlist)
+    except TargetError:
         return None
-    segments = parts.path.replace("%2e", ".").replace("%2E", ".").split("/")
-    if any(segment in (".", "..") for segment in segments):
-        return None
-    for entry in allowlist:
-        allowed = urlsplit(entry)
-        if (parts.scheme, parts.hostname, _port(parts)) != (
-            allowed.scheme,
-            allowed.hostname,
-            _port(allowed),
-        ):
-            continue
-        base = allowed.path if allowed.path.endswith("/") else allowed.path + "/"
-        if allowed.path in ("", "/") or parts.path == allowed.path or parts.path.startswith(base):
-            return entry
-    return None
 
 
 def _port(parts: Any) -> int:

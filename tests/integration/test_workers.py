@@ -36,7 +36,6 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tickwheel import PermanentError, handler
 from tickwheel.config import Settings, load_settings
-from tickwheel.stack import Addresses
 from tickwheel.domain import run_key
 from tickwheel.envelopes import DeadLetter, RunEnvelope, UnreadableRun
 from tickwheel.faults import FAULT_EXIT_CODE
@@ -45,6 +44,7 @@ from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import Process
+from tickwheel.stack import Addresses
 from tickwheel.topics import Topics
 from tickwheel.workers.handlers import Context
 from tickwheel.workers.service import Worker, make_worker, worker_group
