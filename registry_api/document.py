@@ -27,7 +27,6 @@ from tickwheel.domain import (
     job_key,
     literal_of,
 )
-from tickwheel.registry_api.targets import TargetError, check_headers, check_target_url
 from tickwheel.schedule import (
     DEFAULT_GRACE_MS,
     DEFAULT_MAX_CATCHUP,
@@ -40,6 +39,7 @@ from tickwheel.schedule import (
     parse_at,
 )
 from tickwheel.sharding import shard_of
+from tickwheel.targets import TargetError, check_headers, check_target_url
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from tickwheel.demo import demo
 from tickwheel.registry_api.cli import registry, tenant
 from tickwheel.schedule.cli import cron
 from tickwheel.stack.cli import dev
+from tickwheel.workers.cli import worker
 
 
 @click.group()
@@ -25,5 +26,5 @@ def main() -> None:
     """tickwheel: a distributed job scheduler."""
 
 
-for command in (cron, dev, db, topics, registry, tenant, demo, bench):
+for command in (cron, dev, db, topics, registry, tenant, demo, worker, bench):
     main.add_command(command)

@@ -156,16 +156,18 @@ class DeadLetter:
     error: str
     attempts: int
     dead_at: int  # unix milliseconds, UTC
+    worker: str | None = None  # the worker that recorded the last attempt, when one did
 
     def encode(self) -> bytes:
-        return orjson.dumps(
-            {
-                **self.run.to_dict(),
-                "error": self.error,
-                "attempts": self.attempts,
-                "dead_at": self.dead_at,
-            }
-        )
+        body = {
+            **self.run.to_dict(),
+            "error": self.error,
+            "attempts": self.attempts,
+            "dead_at": self.dead_at,
+        }
+        if self.worker is not None:
+            body["worker"] = self.worker
+        return orjson.dumps(body)
 
     @classmethod
     def decode(cls, raw: bytes) -> DeadLetter:
@@ -174,6 +176,55 @@ class DeadLetter:
             run=RunEnvelope.from_dict(obj),
             error=_take(obj, "error", str),
             attempts=_take(obj, "attempts", int),
+            dead_at=_take(obj, "dead_at", int),
+            worker=_take(obj, "worker", str, optional=True),
+        )
+
+
+@dataclass(frozen=True)
+class UnreadableRun:
+    """A message on a run topic that is no run envelope, as a worker puts it on `runs.dlq`.
+
+    `{"kind": "unreadable", "error": reason, "source": {"topic", "partition", "offset"},
+    "original": <base64 of the exact bytes>, "worker": id, "dead_at": unix ms}`: no run fields,
+    since none could be trusted; `kind` tells it apart from a `DeadLetter`.
+    """
+
+    error: str
+    topic: str
+    partition: int
+    offset: int
+    original: bytes = field(repr=False)
+    worker: str = ""
+    dead_at: int = 0  # unix milliseconds, UTC
+
+    KIND = "unreadable"
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            {
+                "kind": self.KIND,
+                "error": self.error,
+                "source": {"topic": self.topic, "partition": self.partition, "offset": self.offset},
+                "original": base64.b64encode(self.original).decode(),
+                "worker": self.worker,
+                "dead_at": self.dead_at,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> UnreadableRun:
+        obj = _loads(raw)
+        if obj.get("kind") != cls.KIND:
+            raise EnvelopeError(f"field 'kind' must be {cls.KIND!r}")
+        source = _take(obj, "source", dict)
+        return cls(
+            error=_take(obj, "error", str),
+            topic=_take(source, "topic", str),
+            partition=_take(source, "partition", int),
+            offset=_take(source, "offset", int),
+            original=_b64(_take(obj, "original", str)),
+            worker=_take(obj, "worker", str),
             dead_at=_take(obj, "dead_at", int),
         )
 

@@ -12,7 +12,9 @@ processes) rather than librdkafka writing `%4|…|` lines to stderr on its own.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -225,6 +227,11 @@ class BatchConsumer:
         """Seek each partition back to its first message in `messages`, to consume them again."""
         await self.call(self._rewind, messages)
 
+    async def store_positions(self, positions: dict[tuple[str, int], int]) -> None:
+        """Store explicit next-offsets per (topic, partition), e.g. from `ContiguousOffsets`."""
+        if positions:
+            await self.call(self._store_positions, positions)
+
     async def assignment(self) -> list[TopicPartition]:
         result: list[TopicPartition] = await self.call(self.consumer.assignment)
         return result
@@ -259,6 +266,14 @@ class BatchConsumer:
                 # committed offset, and every loop's database write is idempotent for that.
                 log.warning("could not store offsets (partition revoked?)", exc_info=True)
 
+    def _store_positions(self, positions: dict[tuple[str, int], int]) -> None:
+        for (topic, partition), offset in positions.items():
+            try:
+                self.consumer.store_offsets(offsets=[TopicPartition(topic, partition, offset)])
+            except KafkaException:
+                # Revoked meanwhile: its new owner redelivers from the last committed offset.
+                log.warning("could not store the offset of %s[%d]", topic, partition)
+
     def _rewind(self, messages: Sequence[Message]) -> None:
         for (topic, partition), offset in _edges(messages, min).items():
             try:
@@ -289,6 +304,114 @@ def _edges(
         offset = msg.offset() or 0
         edges[key] = pick(edges.get(key, offset), offset)
     return edges
+
+
+class ContiguousOffsets:
+    """Per partition, the next offset that may be committed when messages finish out of order.
+
+    A loop that works on many messages of a partition at once (a worker runs them
+    concurrently) may finish offset 7 before offset 5. The committed offset must never pass a
+    message whose work has not landed (I5), so per partition this keeps the offsets handed out
+    and not yet done; the committable position is the lowest of them, or one past the highest
+    handed out when none is outstanding.
+
+        gen = offsets.track(tp, offset)      # when the message is received
+        offsets.done(tp, offset, gen)        # when its database write (and DLQ publish) landed
+        positions = offsets.advanced()       # {tp: next offset} that moved since the last call
+
+    A partition's entry lives from its first tracked message (or `assign`) until `revoke`;
+    `track` returns the entry's generation, and a `done` with an older generation (the
+    partition was revoked, perhaps assigned back since) is ignored: the offsets it speaks of
+    belong to the partition's previous owner period. Thread-safe: a rebalance callback runs on
+    the consumer's I/O thread while the loop marks messages done on its own.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parts: dict[tuple[str, int], _PartitionOffsets] = {}
+        self._generation = 0
+
+    def assign(self, tp: tuple[str, int]) -> int:
+        with self._lock:
+            return self._entry(tp).generation
+
+    def track(self, tp: tuple[str, int], offset: int) -> int:
+        with self._lock:
+            part = self._entry(tp)
+            if offset not in part.pending:  # a redelivery of an offset still outstanding
+                part.pending.add(offset)
+                heapq.heappush(part.outstanding, offset)
+            part.next = max(part.next, offset + 1)
+            return part.generation
+
+    def done(self, tp: tuple[str, int], offset: int, generation: int) -> None:
+        with self._lock:
+            part = self._parts.get(tp)
+            if part is not None and part.generation == generation and offset in part.pending:
+                part.finished.add(offset)
+
+    def generation(self, tp: tuple[str, int]) -> int | None:
+        """The current generation of `tp`, or None when it is not assigned."""
+        with self._lock:
+            part = self._parts.get(tp)
+            return None if part is None else part.generation
+
+    def position(self, tp: tuple[str, int]) -> int | None:
+        """The next offset to commit for `tp` (None: nothing tracked yet)."""
+        with self._lock:
+            part = self._parts.get(tp)
+            return None if part is None else part.position()
+
+    def advanced(self) -> dict[tuple[str, int], int]:
+        """{tp: next offset} of the partitions whose position moved since the last call."""
+        moved: dict[tuple[str, int], int] = {}
+        with self._lock:
+            for tp, part in self._parts.items():
+                position = part.position()
+                if position is not None and position != part.reported:
+                    part.reported = position
+                    moved[tp] = position
+        return moved
+
+    def revoke(self, tp: tuple[str, int]) -> int | None:
+        """Forget `tp`; return its final committable position (None: nothing tracked)."""
+        with self._lock:
+            part = self._parts.pop(tp, None)
+            return None if part is None else part.position()
+
+    def outstanding(self) -> int:
+        """Messages handed out and not done, over all partitions."""
+        with self._lock:
+            return sum(len(p.outstanding) - len(p.finished) for p in self._parts.values())
+
+    def _entry(self, tp: tuple[str, int]) -> _PartitionOffsets:
+        part = self._parts.get(tp)
+        if part is None:
+            self._generation += 1
+            part = self._parts[tp] = _PartitionOffsets(self._generation)
+        return part
+
+
+class _PartitionOffsets:
+    __slots__ = ("finished", "generation", "next", "outstanding", "pending", "reported")
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self.outstanding: list[int] = []  # min-heap of offsets handed out, done ones included
+        self.pending: set[int] = set()  # the same offsets, for membership
+        self.finished: set[int] = set()  # done, still in the heap until they reach its top
+        self.next = -1  # one past the highest offset handed out; -1: none yet
+        self.reported: int | None = None
+
+    def position(self) -> int | None:
+        heap = self.outstanding
+        while heap and heap[0] in self.finished:
+            offset = heapq.heappop(heap)
+            self.finished.discard(offset)
+            self.pending.discard(offset)
+        if heap:
+            return heap[0]
+        return None if self.next < 0 else self.next
 
 
 @dataclass(frozen=True)

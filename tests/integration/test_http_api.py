@@ -202,6 +202,17 @@ async def test_cron_job_in_a_zone_runs_at_local_wall_time(client: httpx.AsyncCli
     assert (next_run.hour, next_run.minute) in ((7, 0), (8, 0))
 
 
+async def test_day_field_rule_decides_next_run_at(client: httpx.AsyncClient) -> None:
+    """`0 9 */2 * 1-5` (day of month begins with `*`: AND) is next due on an odd weekday."""
+    job = cron_job("odd-weekdays", schedule="0 9 */2 * 1-5")
+    next_run = dt.datetime.fromisoformat(
+        (await client.post("/v1/jobs", json=job)).json()["next_run_at"]
+    )
+    assert next_run.weekday() < 5
+    assert next_run.day % 2 == 1
+    assert (next_run.hour, next_run.minute) == (9, 0)
+
+
 async def test_target_in_the_allowlist_is_accepted(make_api: MakeApi) -> None:
     """With an operator allowlist, a target below an allowed prefix is accepted, others not."""
     api = await make_api(
@@ -238,6 +249,7 @@ INVALID_DOCUMENTS: list[tuple[str, dict[str, Any], str]] = [
     ("neither handler nor target", {"id": "x", "schedule": "* * * * *"}, "handler"),
     ("bad cron", {**BASE, "schedule": "61 * * * *"}, "schedule"),
     ("cron with too few fields", {**BASE, "schedule": "* * *"}, "schedule"),
+    ("cron form crontab would not run", {**BASE, "schedule": "0 0 * * MON-FRI#2"}, "schedule"),
     ("bad zone", {**BASE, "timezone": "Mars/Olympus_Mons"}, "timezone"),
     ("naive at", once_job("x", at="2031-03-01T09:00:00"), "at"),
     ("at not an instant", once_job("x", at="next tuesday"), "at"),

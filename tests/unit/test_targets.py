@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tickwheel.registry_api.targets import (
+from tickwheel.targets import (
     HEADERS_MAX,
     HEADERS_MAX_BYTES,
     TargetError,

@@ -162,20 +162,27 @@ def _entry(entry: str) -> SplitResult | None:
         return None
 
 
-def check_target_url(url: str, allowlist: Sequence[str], field: str = "target.url") -> str:
-    """The normalised `url`, if it lies below an allowlist entry; TargetError otherwise.
+def matching_entry(url: str, allowlist: Sequence[str], field: str = "target.url") -> str | None:
+    """The allowlist entry `url` lies below, or None; TargetError when `url` itself is bad.
 
     Entries are normalised the same way; an entry that is not a valid URL allows nothing.
+    Workers call this at call time, on every redirect, to know which entry governs a hop.
     """
-    normal = normalise_url(url, field)
-    parsed = urlsplit(normal)
+    parsed = urlsplit(normalise_url(url, field))
     for entry in allowlist:
         allowed = _entry(entry)
         if allowed is not None and _allows(allowed, parsed):
-            return normal
-    raise TargetError(
-        field, "is not in the operator's target allowlist (TICKWHEEL_TARGET_ALLOWLIST)"
-    )
+            return entry
+    return None
+
+
+def check_target_url(url: str, allowlist: Sequence[str], field: str = "target.url") -> str:
+    """The normalised `url`, if it lies below an allowlist entry; TargetError otherwise."""
+    if matching_entry(url, allowlist, field) is None:
+        raise TargetError(
+            field, "is not in the operator's target allowlist (TICKWHEEL_TARGET_ALLOWLIST)"
+        )
+    return normalise_url(url, field)
 
 
 def check_headers(headers: Mapping[str, str], field: str = "target.headers") -> None:
