@@ -7,6 +7,8 @@ import pytest
 
 from tickwheel.bench.analysis import summarize
 from tickwheel.bench.observe import fetch_runs, run_deliveries
+from tickwheel.bench.scratch import stamp_on_append
+from tickwheel.clock import now_ms
 from tickwheel.kafka import Outgoing, producer, publish_confirmed
 from tickwheel.stack import Addresses
 from tickwheel.topics import Topics
@@ -40,6 +42,8 @@ async def test_rows_and_run_topics_give_duplicates_and_losses(
     finally:
         await conn.close()
     sends = [("j0", 2), ("j1", 1), ("j3", 1), ("other", 1)]  # j3: a message, but no row
+    stamp_on_append(stack.kafka, [topics.runs("normal")])
+    before_ms = now_ms()
     prod = producer(stack.kafka)
     out = [
         Outgoing(
@@ -53,7 +57,9 @@ async def test_rows_and_run_topics_give_duplicates_and_losses(
     ]
     assert publish_confirmed(prod, out) == {}
 
-    deliveries = run_deliveries(stack.kafka, topics)
+    after_ms = now_ms()
+    found = run_deliveries(stack.kafka, topics)
+    deliveries = found.counts
     expected = [f"bench/j{i}@{T0}" for i in range(4)]
     summary = summarize(expected, rows, deliveries, T0)
 
@@ -66,3 +72,12 @@ async def test_rows_and_run_topics_give_duplicates_and_losses(
     assert summary.published.count == 2
     assert summary.published.p50_s == 0.25  # j0 at 0.2 s, j1 at 0.25 s, j2/j3 missing
     assert summary.completed.count == 2 and summary.completed.max_s == float("inf")
+    # The broker stamped every message on append: a run's publish instant comes from its topic.
+    assert set(found.first_append_ms) == {f"bench/{job}@{T0}" for job, _ in sends}
+    assert all(before_ms - 1000 <= t <= after_ms + 1000 for t in found.first_append_ms.values())
+    with_topic_times = summarize(expected, rows, deliveries, T0, found.first_append_ms)
+    # j0 and j1 now take their topic times (today, long before the crafted T0); j2 has none.
+    topic_s = sorted((found.first_append_ms[k] - T0) / 1000 for k in expected[:2])
+    assert with_topic_times.published.count == 2
+    assert with_topic_times.published.p50_s == topic_s[1]
+    assert with_topic_times.recorded.p50_s == 0.25

@@ -96,6 +96,16 @@ def test_duplicates_and_losses_from_rows_and_messages() -> None:
     assert s.published.count == 2 and math.isinf(s.published.p99_s)
 
 
+def test_publish_instant_comes_from_the_topic_when_it_has_one() -> None:
+    """published uses the broker's first append; recorded keeps the row's published_at"""
+    keys = [f"bench/j{i}@{T0}" for i in range(2)]
+    rows = [row("j0", 0, 900, 1000), row("j1", 0, 800, 1000)]
+    s = summarize(keys, rows, {k: 1 for k in keys}, T0, {keys[0]: T0 + 100})
+    assert s.published.max_s == 0.8  # j0 from the topic (0.1 s), j1 from its row (0.8 s)
+    assert s.published.p50_s == 0.1
+    assert s.recorded.p50_s == 0.8 and s.recorded.max_s == 0.9
+
+
 def test_lateness_is_against_each_runs_own_instant() -> None:
     """steady load: lateness is published (started) minus that run's scheduled instant"""
     records = [

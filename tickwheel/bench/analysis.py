@@ -6,14 +6,20 @@ Pure functions over plain values, so the accounting is unit-tested on crafted da
 - `expected`: the run keys the registered jobs must produce (one per one-off job);
 - `rows`: one `RunRecord` per `job_runs` row of the scratch database, its instants in unix ms;
 - `deliveries`: how many messages each run key has on the run topics (from the `run_key`
-  header), whatever the status of its row.
+  header), whatever the status of its row;
+- `first_append`: per run key, when the broker appended its first message (unix ms; the
+  scratch run topics stamp messages on append).
 
 Definitions (docs/BENCHMARKS.md repeats them beside the figures):
 
-- *published*, *completed*: `published_at`, `finished_at` of a succeeded row, minus T0 (the
-  instant the burst's jobs are due), in seconds. A run not published (not completed) when the
-  benchmark stopped counts as infinitely late: percentiles are over all expected runs, so a
-  missing 2 % shows as an infinite p99, never as a better one.
+- *published*: the broker's append time of the run's first message on its run topic, minus
+  T0 (the instant the burst's jobs are due), in seconds; `published_at` of the row when the
+  topic gave no time. *recorded*: the row's `published_at` itself, which the scheduler writes
+  after the broker's ack, in its own time (a re-publish overwrites it).
+- *completed*: `finished_at` of a succeeded row, minus T0.
+- A run not published (not completed) when the benchmark stopped counts as infinitely late:
+  percentiles are over all expected runs, so a missing 2 % shows as an infinite p99, never as
+  a better one.
 - *duplicates*: messages on the run topics beyond the first per run key, plus messages and
   rows of run keys nobody expected (a one-off job runs once). Strict on purpose: a re-publish
   the workers would have skipped still counts.
@@ -87,6 +93,7 @@ class BurstSummary:
     rows: int
     claimed: Spread
     published: Spread
+    recorded: Spread  # rows' published_at
     started: Spread
     completed: Spread
     claimed_per_s: float
@@ -106,11 +113,19 @@ def _rate(count: int, span_ms: float) -> float:
     return count / (span_ms / MS_PER_S) if span_ms > 0 else math.inf
 
 
+def published_instants(
+    rows: Sequence[RunRecord], first_append: Mapping[str, int]
+) -> list[int | None]:
+    """Each row's publish instant: its first broker append, else its `published_at`."""
+    return [first_append.get(r.run_key, r.published_ms) for r in rows]
+
+
 def summarize(
     expected: Collection[str],
     rows: Sequence[RunRecord],
     deliveries: Mapping[str, int],
     t0_ms: int,
+    first_append: Mapping[str, int] | None = None,
 ) -> BurstSummary:
     """The burst's figures relative to T0 (see the module docstring for each definition)."""
     wanted = set(expected)
@@ -122,7 +137,9 @@ def summarize(
 
     succeeded = [r for r in mine if r.status == RunStatus.SUCCEEDED]
     claimed = Spread.of(since_t0(r.claimed_ms for r in mine), len(wanted))
-    published = Spread.of(since_t0(r.published_ms for r in mine), len(wanted))
+    publish_ms = published_instants(mine, first_append or {})
+    published = Spread.of(since_t0(publish_ms), len(wanted))
+    recorded = Spread.of(since_t0(r.published_ms for r in mine), len(wanted))
     started = Spread.of(since_t0(r.started_ms for r in mine), len(wanted))
     completed = Spread.of(since_t0(r.finished_ms for r in succeeded), len(wanted))
 
@@ -141,13 +158,14 @@ def summarize(
         return _rate(spread.count, spread.max_s * MS_PER_S) if spread.count == len(wanted) else 0.0
 
     last_claim_ms = max((r.claimed_ms for r in mine), default=t0_ms) - t0_ms
-    last_pub_ms = max((r.published_ms or t0_ms for r in mine), default=t0_ms) - t0_ms
+    last_pub_ms = max((p or t0_ms for p in publish_ms), default=t0_ms) - t0_ms
     last_done_ms = max((r.finished_ms or t0_ms for r in succeeded), default=t0_ms) - t0_ms
     return BurstSummary(
         jobs=len(wanted),
         rows=len(rows),
         claimed=claimed,
         published=published,
+        recorded=recorded,
         started=started,
         completed=completed,
         claimed_per_s=_rate(len(mine), last_claim_ms) if mine else 0.0,
@@ -175,10 +193,15 @@ class Lateness:
     started_p999_s: float
 
 
-def lateness(expected: Collection[str], rows: Sequence[RunRecord]) -> Lateness:
+def lateness(
+    expected: Collection[str],
+    rows: Sequence[RunRecord],
+    first_append: Mapping[str, int] | None = None,
+) -> Lateness:
     wanted = set(expected)
     mine = [r for r in rows if r.run_key in wanted]
-    pub = [(r.published_ms - r.scheduled_ms) / MS_PER_S for r in mine if r.published_ms]
+    publish_ms = published_instants(mine, first_append or {})
+    pub = [(p - r.scheduled_ms) / MS_PER_S for r, p in zip(mine, publish_ms, strict=True) if p]
     start = [(r.started_ms - r.scheduled_ms) / MS_PER_S for r in mine if r.started_ms]
     published = Spread.of(pub, len(wanted))
     started = Spread.of(start, len(wanted))

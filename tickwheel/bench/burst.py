@@ -75,6 +75,7 @@ class BurstResult:
     expected: list[str]
     rows: list[RunRecord]
     deliveries: dict[str, int]
+    first_append: dict[str, int]  # run key -> broker append time of its first message, ms
     registration_s: float
     registration_per_s: float
     loaded_at_ms: int | None  # when the wheels held every job (None: never seen)
@@ -190,13 +191,14 @@ async def run_burst(res: Scratch, cfg: BurstConfig, say: Callable[[str], None]) 
             fleet.stop()
             await conn.close()
     say("reading the run topics ...")
-    deliveries = dict(run_deliveries(res.kafka, res.topics))
+    deliveries = run_deliveries(res.kafka, res.topics)
     return BurstResult(
         config=cfg,
         t0_ms=t0_ms,
         expected=expected,
         rows=rows,
-        deliveries=deliveries,
+        deliveries=dict(deliveries.counts),
+        first_append=deliveries.first_append_ms,
         registration_s=registration_s,
         registration_per_s=cfg.jobs / registration_s if registration_s else 0.0,
         loaded_at_ms=loaded_at,

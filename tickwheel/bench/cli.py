@@ -234,7 +234,9 @@ def hot_second(
             return await run_burst(res, cfg, lambda line: click.echo(line, err=True)), base
 
     result, base = _run(go())
-    summary = summarize(result.expected, result.rows, result.deliveries, result.t0_ms)
+    summary = summarize(
+        result.expected, result.rows, result.deliveries, result.t0_ms, result.first_append
+    )
     meta = {"command": _command_line(), "t0": format_ms(result.t0_ms), **result.meta()}
     out = burst_json(summary, base.to_json() if base else None, meta)
     click.echo(burst_table(out))
@@ -247,6 +249,7 @@ def hot_second(
             result.t0_ms,
             base.rows if base else None,
             base.started_ms if base else None,
+            result.first_append,
         )
         click.echo(f"plot: {plot_path}", err=True)
 
@@ -294,8 +297,10 @@ def steady(
             return await run_burst(res, cfg, lambda line: click.echo(line, err=True))
 
     result = _run(go())
-    summary = summarize(result.expected, result.rows, result.deliveries, result.t0_ms)
-    late = lateness(result.expected, result.rows)
+    summary = summarize(
+        result.expected, result.rows, result.deliveries, result.t0_ms, result.first_append
+    )
+    late = lateness(result.expected, result.rows, result.first_append)
     meta = {"command": _command_line(), "t0": format_ms(result.t0_ms), **result.meta()}
     out = {
         "rate_per_s": rate,
@@ -319,6 +324,7 @@ def steady(
             result.t0_ms,
             None,
             None,
+            result.first_append,
         )
         click.echo(f"plot: {plot_path}", err=True)
 

@@ -10,9 +10,10 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
+from dataclasses import dataclass, field
 
 import asyncpg
-from confluent_kafka import TopicPartition
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TopicPartition
 
 from tickwheel.bench.analysis import RunRecord
 from tickwheel.domain import PRIORITIES, run_key
@@ -43,12 +44,21 @@ async def fetch_runs(conn: asyncpg.Connection) -> list[RunRecord]:
     ]
 
 
-def run_deliveries(kafka: str, topics: Topics) -> Counter[str]:
-    """Messages per `run_key` header on the three run topics, read from the start to the end
-    offsets of the moment of the call. A message without the header counts under ''."""
+@dataclass
+class Deliveries:
+    """What the run topics hold, per `run_key` header ('' for a message without one)."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    first_append_ms: dict[str, int] = field(default_factory=dict)  # broker time, unix ms
+
+
+def run_deliveries(kafka: str, topics: Topics) -> Deliveries:
+    """Read the three run topics from the start to their end offsets at the time of the call:
+    messages per run key and, for each, the earliest broker append time (the scratch topics
+    stamp messages on append, scratch.stamp_on_append)."""
     names = [topics.runs(p) for p in PRIORITIES]
     cons = consumer(kafka, f"bench-count-{uuid.uuid4().hex}", **{"enable.auto.commit": False})
-    counts: Counter[str] = Counter()
+    found = Deliveries()
     try:
         metadata = cons.list_topics(timeout=10)
         ends: dict[tuple[str, int], int] = {}
@@ -68,13 +78,17 @@ def run_deliveries(kafka: str, topics: Topics) -> Counter[str]:
                 if msg.error():
                     continue
                 key = _run_key_header(msg.headers())
-                counts[key] += 1
+                found.counts[key] += 1
+                kind, stamp = msg.timestamp()
+                if kind == TIMESTAMP_LOG_APPEND_TIME:
+                    first = found.first_append_ms.get(key)
+                    found.first_append_ms[key] = stamp if first is None else min(first, stamp)
                 where = (msg.topic() or "", msg.partition() or 0)
                 if where in ends and (msg.offset() or 0) + 1 >= ends[where]:
                     del ends[where]
     finally:
         cons.close()
-    return counts
+    return found
 
 
 def _run_key_header(headers: object) -> str:

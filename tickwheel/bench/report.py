@@ -13,7 +13,15 @@ from typing import Any
 
 import click
 
-from tickwheel.bench.analysis import BurstSummary, Lateness, RunRecord, Spread, cumulative, finite
+from tickwheel.bench.analysis import (
+    BurstSummary,
+    Lateness,
+    RunRecord,
+    Spread,
+    cumulative,
+    finite,
+    published_instants,
+)
 
 PLAIN_EVERY_S = 5.0  # without a terminal, a progress line every this many seconds
 
@@ -88,6 +96,7 @@ def burst_json(
     return {
         "jobs": summary.jobs,
         **spread_json("published", summary.published),
+        **spread_json("recorded_published_at", summary.recorded),
         **spread_json("completed", summary.completed),
         **spread_json("claimed", summary.claimed),
         **spread_json("started", summary.started),
@@ -187,6 +196,7 @@ def plot(
     t0_ms: int,
     baseline_rows: list[RunRecord] | None,
     baseline_start_ms: int | None,
+    first_append: dict[str, int],
 ) -> None:
     """Cumulative runs over time: the measured system, and the baseline beside it."""
     try:
@@ -201,7 +211,8 @@ def plot(
     ax = axes[0][0]
     for label, values in (
         ("claimed", [r.claimed_ms for r in rows]),
-        ("published", [r.published_ms for r in rows]),
+        ("published (broker append)", published_instants(rows, first_append)),
+        ("published_at (recorded)", [r.published_ms for r in rows]),
         ("completed", [r.finished_ms for r in rows if r.status == "succeeded"]),
     ):
         xs, ys = cumulative(values, t0_ms)
