@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -118,8 +119,19 @@ def _burst_config(
     )
 
 
+# Settings the child processes inherit that say where, not how: left out of the record (a DSN
+# may hold a password).
+WHERE_SETTINGS = {"TICKWHEEL_DSN", "TICKWHEEL_KAFKA", "TICKWHEEL_ZK", "TICKWHEEL_CONFIG"}
+
+
 def _command_line() -> str:
-    return " ".join(["tickwheel", *sys.argv[1:]])
+    """The command as run, with the TICKWHEEL_* settings that tune the processes before it."""
+    tuning = [
+        f"{name}={value}"
+        for name, value in sorted(os.environ.items())
+        if name.startswith("TICKWHEEL_") and name not in WHERE_SETTINGS
+    ]
+    return " ".join([*tuning, "tickwheel", *sys.argv[1:]])
 
 
 def _write_json(path: Path | None, result: dict[str, Any]) -> None:
