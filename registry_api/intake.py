@@ -57,7 +57,7 @@ from tickwheel.registry_api.document import (
     validate_job,
 )
 from tickwheel.registry_api.state import Op, Outcome
-from tickwheel.registry_api.store import Applied, RegistryStore
+from tickwheel.registry_api.store import Applied, NewJobsPlan, RegistryStore
 from tickwheel.runtime import PartState
 
 log = logging.getLogger("tickwheel.registry.intake")
@@ -115,6 +115,7 @@ class _Prepared:
     ops: list[Op] = field(default_factory=list)
     op_messages: list[Message] = field(default_factory=list)
     rejected: list[_Rejected] = field(default_factory=list)
+    plan: NewJobsPlan | None = None  # the ops folded as if all their jobs were new
 
 
 def refusal(applied: Applied) -> str | None:
@@ -319,6 +320,13 @@ class RegistrationIntake:
             except Exception as exc:  # unforeseen: reject this message, never stall the rest
                 log.exception("validating a registration raised %s", type(exc).__name__)
                 prepared.rejected.append(_Rejected(msg, f"could not be validated: {exc!r}"))
+        # Still on this thread, overlapping the previous batch's transaction: fold the ops as
+        # if their jobs were new, so a batch of new jobs skips the fold inside its transaction.
+        # A plan that cannot be made is no error here: the transaction folds as before.
+        try:
+            prepared.plan = self.store.plan_new(prepared.ops, now)
+        except Exception:
+            log.debug("no new-jobs plan for this batch", exc_info=True)
 
     async def _known_tenants(self, names: set[str]) -> set[str]:
         """Tenants that exist, from a process-lifetime cache of positive answers (tenants are
@@ -350,7 +358,7 @@ class RegistrationIntake:
         ops, op_messages, rejected = prepared.ops, prepared.op_messages, prepared.rejected
         if ops:
             try:
-                results: list[Applied | None] = list(await self.store.apply(ops))
+                results: list[Applied | None] = list(await self.store.apply(ops, prepared.plan))
             except Exception as exc:
                 if retryable(exc):
                     raise

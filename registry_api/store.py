@@ -6,6 +6,12 @@ changed job once (binary COPY into a per-connection staging table, then `jobs_wr
 commit. Per-job order is the order of `ops`; jobs do not wait on each other beyond their row
 locks. Two writers creating the same new job at once: the loser's insert finds the row and the
 whole batch is retried against the winner's row.
+
+The fold and the COPY rows cost the intake about as much Python time as Postgres spends on the
+batch, and inside the transaction the two run one after the other. So the intake folds each
+batch ahead, on its validation thread while the previous batch is in the database, as if none
+of its jobs existed (`plan_new`); the transaction uses that plan only if its lock query finds
+none of them, and folds as above otherwise (docs/BENCHMARKS.md, registration intake).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 
 import asyncpg
 import orjson
+from asyncpg.pool import PoolConnectionProxy
 
 from tickwheel.clock import now_ms
 from tickwheel.domain import run_key
@@ -43,6 +50,16 @@ class Applied:
     op: Op
     outcome: Outcome
     job: StoredJob | None
+
+
+@dataclass(frozen=True)
+class NewJobsPlan:
+    """A batch folded against no stored jobs (`RegistryStore.plan_new`): its results and the
+    COPY rows to write, valid while none of its jobs exists."""
+
+    now: int  # ms: the instant the fold used
+    results: list[Applied]
+    records: list[tuple[Any, ...]]
 
 
 @dataclass(frozen=True)
@@ -131,23 +148,46 @@ class RegistryStore:
     def _spec_of(self, job: StoredJob) -> JobSpec:
         return job.spec or spec_from_stored(job.tenant, job.document, self.shards)
 
-    async def apply(self, ops: Sequence[Op]) -> list[Applied]:
-        """Apply `ops` in order in one transaction; returns one `Applied` per op."""
+    def plan_new(self, ops: Sequence[Op], now: int) -> NewJobsPlan:
+        """Fold `ops` as if none of their jobs existed yet: pure CPU, on any thread.
+
+        The intake makes this plan on its validation thread, while the previous batch is in
+        the database; `apply` then uses it when the lock query finds none of the jobs (a batch
+        of new registrations), so the fold and the COPY rows are off the transaction's path.
+        """
+        state: dict[tuple[str, str], StoredJob] = {}
+        results = []
+        for op in ops:
+            new, outcome = apply(state.get(op.key), op, now, resume_from=self._spec_of)
+            if outcome.changed and new is not None:
+                state[op.key] = new
+            results.append(Applied(op, outcome, new))
+        records = [_row_tuple(job, self._spec_of(job), None) for job in state.values()]
+        return NewJobsPlan(now, results, records)
+
+    async def apply(self, ops: Sequence[Op], plan: NewJobsPlan | None = None) -> list[Applied]:
+        """Apply `ops` in order in one transaction; returns one `Applied` per op.
+
+        `plan`, from `plan_new(ops, …)`, is used only if none of the jobs exists."""
         for attempt in range(WRITE_RETRIES):
             try:
-                return await self._apply_once(ops)
+                return await self._apply_once(ops, plan)
             except _ConcurrentCreate:
+                plan = None  # another writer created some of the jobs: fold against them
                 if attempt == WRITE_RETRIES - 1:
                     raise RuntimeError("job creation kept racing with another writer") from None
         raise AssertionError("unreachable")
 
-    async def _apply_once(self, ops: Sequence[Op]) -> list[Applied]:
+    async def _apply_once(self, ops: Sequence[Op], plan: NewJobsPlan | None) -> list[Applied]:
         keys = list(dict.fromkeys(op.key for op in ops))
-        now = self.clock()
+        now = plan.now if plan is not None else self.clock()
         async with self.pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(
                 QUERIES["jobs_lock_batch"], [k[0] for k in keys], [k[1] for k in keys]
             )
+            if plan is not None and not rows:
+                await self._write(conn, plan.records)
+                return plan.results
             loaded = {
                 (r["tenant"], r["job_id"]): StoredJob(
                     r["tenant"],
@@ -174,13 +214,20 @@ class RegistryStore:
                 for key, job in state.items()
                 if job is not loaded.get(key)
             ]
-            if records:
-                await conn.execute(QUERIES["jobs_stage_create"])
-                await conn.copy_records_to_table("jobs_stage", records=records)
-                written: int = await conn.fetchval(QUERIES["jobs_write_batch"])
-                if written != len(records):
-                    raise _ConcurrentCreate
+            await self._write(conn, records)
         return results
+
+    @staticmethod
+    async def _write(
+        conn: PoolConnectionProxy[asyncpg.Record], records: list[tuple[Any, ...]]
+    ) -> None:
+        """COPY the changed jobs into the staging table and write them into `jobs`."""
+        if records:
+            await conn.execute(QUERIES["jobs_stage_create"])
+            await conn.copy_records_to_table("jobs_stage", records=records)
+            written: int = await conn.fetchval(QUERIES["jobs_write_batch"])
+            if written != len(records):
+                raise _ConcurrentCreate
 
     # reads ------------------------------------------------------------------------------------
 
