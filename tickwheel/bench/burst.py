@@ -31,7 +31,7 @@ import asyncpg
 
 from tickwheel.bench import load
 from tickwheel.bench.analysis import MS_PER_S, RunRecord
-from tickwheel.bench.fleet import Fleet
+from tickwheel.bench.fleet import Fleet, machine_cpu_seconds
 from tickwheel.bench.load import Handler
 from tickwheel.bench.observe import fetch_runs, run_deliveries, wheel_entries
 from tickwheel.bench.report import Bar
@@ -84,6 +84,9 @@ class BurstResult:
     scheduler_rss_loaded: int
     timed_out: bool
     loaded_jobs: int  # jobs the wheels were to hold before T0 (those within the horizon)
+    # CPU seconds from T0 until every run succeeded: per kind of child, and the rest of the
+    # machine (Postgres, Kafka, this harness, and whatever else runs there)
+    cpu_s: dict[str, float]
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -117,6 +120,7 @@ class BurstResult:
                 round(self.memory_per_job_bytes) if self.memory_per_job_bytes else None
             ),
             "timed_out": self.timed_out,
+            "cpu_seconds_t0_to_done": {k: round(v, 2) for k, v in self.cpu_s.items()},
             "notes": self.notes,
         }
 
@@ -182,7 +186,10 @@ async def run_burst(res: Scratch, cfg: BurstConfig, say: Callable[[str], None]) 
             t0_before_loaded = loaded_at is None or loaded_at > t0_ms
             if t0_before_loaded:
                 notes.append("T0 came before the wheels held every job")
+            await asyncio.sleep(max(0.0, (t0_ms - now_ms()) / MS_PER_S))
+            cpu_before, machine_before = fleet.cpu(), machine_cpu_seconds()
             timed_out = await _follow(conn, fleet, cfg, t0_ms)
+            cpu = _cpu_spent(cpu_before, fleet.cpu(), machine_cpu_seconds() - machine_before)
             await asyncio.sleep(LINGER_AFTER_DONE_S)
             fleet.check()
             fleet.stop()
@@ -207,8 +214,21 @@ async def run_burst(res: Scratch, cfg: BurstConfig, say: Callable[[str], None]) 
         scheduler_rss_loaded=rss_loaded,
         timed_out=timed_out,
         loaded_jobs=loadable,
+        cpu_s=cpu,
         notes=notes,
     )
+
+
+def _cpu_spent(
+    before: dict[str, float], after: dict[str, float], machine_s: float
+) -> dict[str, float]:
+    """CPU seconds per kind of child (`scheduler`, `worker`) and for everything else."""
+    spent: dict[str, float] = {}
+    for name, seconds in after.items():
+        kind = name.rsplit("-", 1)[0]
+        spent[kind] = spent.get(kind, 0.0) + seconds - before.get(name, 0.0)
+    spent["rest_of_machine"] = machine_s - sum(spent.values())
+    return spent
 
 
 async def _wait_for_wheels(

@@ -63,6 +63,25 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU a process has used (Linux /proc), seconds; 0 when unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def machine_cpu_seconds() -> float:
+    """CPU time every core of the machine spent busy (not idle or waiting on I/O), seconds."""
+    try:
+        ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle, iowait = ticks[3], ticks[4]
+    return (sum(ticks[:8]) - idle - iowait) / os.sysconf("SC_CLK_TCK")
+
+
 class Fleet:
     def __init__(self, env: dict[str, str], log_dir: Path) -> None:
         self.env = {**os.environ, **env}
@@ -100,6 +119,10 @@ class Fleet:
             for c in self.children
             if c.name.startswith(prefix) and c.popen.poll() is None
         )
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds used so far by each running child, by name."""
+        return {c.name: cpu_seconds(c.popen.pid) for c in self.children if c.popen.poll() is None}
 
     def stop(self, names: list[str] | None = None, grace_s: float = STOP_GRACE_S) -> None:
         """SIGTERM the (named) running children, SIGKILL those still alive after `grace_s`."""

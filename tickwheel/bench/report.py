@@ -155,6 +155,12 @@ def burst_table(result: dict[str, Any]) -> str:
     mem = result.get("scheduler_bytes_per_loaded_job")
     if mem:
         lines.append(f"scheduler memory per loaded job: {mem:,} bytes (RSS delta / jobs)")
+    cpu = result.get("cpu_seconds_t0_to_done")
+    if cpu:
+        lines.append(
+            "CPU seconds from T0 to the last completion: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+        )
     for note in result.get("notes", []):
         lines.append(f"NOTE: {note}")
     return "\n".join(lines)
