@@ -17,6 +17,7 @@ import click
 from tickwheel import __version__
 from tickwheel.config import ConfigError, Settings, load_settings, redact_dsn
 from tickwheel.schedule.cli import cron
+from tickwheel.shards.cli import scheduler
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,6 +41,7 @@ def main() -> None:
 
 
 main.add_command(cron)
+main.add_command(scheduler)
 
 
 # --- tickwheel dev ---------------------------------------------------------------------------

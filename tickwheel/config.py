@@ -61,6 +61,36 @@ class Settings(BaseSettings):
         description="consumer group session timeout: how long a crashed member holds its "
         "partitions, milliseconds",
     )
+    # scheduler
+    zk_session_timeout_ms: int = Field(
+        10_000,
+        ge=1_000,
+        le=600_000,
+        description="ZooKeeper session timeout of scheduler processes: how long the shards of "
+        "a crashed process stay without a leader, milliseconds (the server bounds it to "
+        "[2, 20] x its tickTime)",
+    )
+    publish_lease_s: int = Field(
+        30,
+        ge=1,
+        description="how long a claimed run may stay unpublished or unstarted before the "
+        "sweeper re-publishes it, seconds",
+    )
+    claim_batch: int = Field(
+        5000, ge=1, le=100_000, description="due entries claimed per database transaction"
+    )
+    sweep_interval_ms: int = Field(
+        2000,
+        ge=10,
+        description="how often a leader sweeps its shard (lapsed leases, retries, buffered "
+        "runs), milliseconds",
+    )
+    resync_s: int = Field(
+        60, ge=1, description="how often a leader reloads its horizon from scratch, seconds"
+    )
+    scheduler_db_connections: int = Field(
+        8, ge=2, le=200, description="Postgres connections of one scheduler process"
+    )
     topic_partitions: int = Field(6, ge=1, description="partitions of created topics")
     topic_replication: int = Field(1, ge=1, description="replication factor of created topics")
 
