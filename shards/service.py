@@ -27,7 +27,6 @@ import asyncpg
 from kazoo.client import KazooState
 from kazoo.exceptions import KazooException
 
-from tickwheel import db
 from tickwheel.config import Settings
 from tickwheel.kafka import producer
 from tickwheel.runtime import Process, tune_gc
@@ -80,8 +79,15 @@ class Scheduler:
     async def start(self, process: Process) -> None:
         s = self.settings
         tune_gc()
-        self._pool = await db.create_pool(
-            s.effective_dsn, min_size=2, max_size=s.scheduler_db_connections
+        self._pool = await asyncpg.create_pool(
+            s.effective_dsn,
+            min_size=2,
+            max_size=s.scheduler_db_connections,
+            # A leader frozen inside a transaction (SIGSTOP, a long GC pause) holds its shard
+            # row share-locked, and the next leader's takeover waits for that lock. Postgres
+            # ends such a session after this long, so a takeover waits at most about one
+            # session timeout, and the frozen leader's transaction is rolled back.
+            server_settings={"idle_in_transaction_session_timeout": str(s.zk_session_timeout_ms)},
         )
         self._outbox = Outbox(
             producer(s.effective_kafka, **{"client.id": f"scheduler-{uuid.uuid4().hex[:8]}"}),
