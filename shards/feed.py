@@ -19,6 +19,7 @@ import asyncpg
 
 from tickwheel.queries import QUERIES
 from tickwheel.shards.leader import LeaderState, ShardLeader
+from tickwheel.shards.store import DB_ERRORS
 
 log = logging.getLogger("tickwheel.scheduler.feed")
 
@@ -65,14 +66,14 @@ class ChangeFeed:
         while not stop.is_set():
             try:
                 conn = await asyncpg.connect(self.dsn)
-            except (OSError, asyncpg.PostgresError):
+            except DB_ERRORS:
                 log.warning("feed cannot connect; retrying", exc_info=True)
                 await asyncio.sleep(RECONNECT_BACKOFF_S)
                 continue
             try:
                 await conn.add_listener(NOTIFY_CHANNEL, self._notified)
                 await self._poll_loop(conn, stop)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except DB_ERRORS:
                 log.warning("feed connection failed; reconnecting", exc_info=True)
                 await asyncio.sleep(RECONNECT_BACKOFF_S)
             finally:

@@ -81,6 +81,8 @@ WHEEL_TICK_MS = 1  # exact to the millisecond (DECISIONS: recommended leader sha
 WHEEL_SIZE = 256
 RETRY_BACKOFF_S = 1.0  # seconds a leader waits after a failed database round trip
 HOUSEKEEPING_INTERVAL_S = 3600.0  # seconds between partition upkeep runs (shard 0's leader)
+# A periodic step (sweep, re-sync) that fails so is logged and tried again at its next turn.
+STEP_ERRORS: tuple[type[BaseException], ...] = (*store.DB_ERRORS, PublishError)
 
 
 class LeaderState(StrEnum):
@@ -192,6 +194,16 @@ class ShardLeader:
             self.s.metrics.fenced_out.inc()
             self.s.metrics.leadership.labels("fenced_out").inc()
             log.warning("fenced out; stepping down", extra={"shard": self.shard, "why": str(exc)})
+        except store.DB_ERRORS:
+            # The takeover could not be completed (or a fence check failed to run): give the
+            # shard back; the election offers it again, to us or to another process.
+            self.state = LeaderState.LOST
+            self.s.metrics.leadership.labels("failed").inc()
+            log.warning(
+                "database failed while leading; stepping down",
+                extra={"shard": self.shard},
+                exc_info=True,
+            )
         finally:
             self.wheel = TimingWheel(WHEEL_TICK_MS, WHEEL_SIZE, 0)
             self.known.clear()
@@ -235,7 +247,7 @@ class ShardLeader:
             await step()
         except FencedOut:
             raise
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, PublishError):
+        except STEP_ERRORS:
             log.warning("shard step failed; retrying", extra={"shard": self.shard}, exc_info=True)
             await asyncio.sleep(RETRY_BACKOFF_S)
 
@@ -325,7 +337,7 @@ class ShardLeader:
                         self.apply_job_row(row)
         except FencedOut:
             raise
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        except store.DB_ERRORS:
             log.warning(
                 "claim failed; its entries go back into the wheel",
                 extra={"shard": self.shard, "entries": len(chunk)},
@@ -347,8 +359,16 @@ class ShardLeader:
 
     async def _claim_retries(self, chunk: Sequence[RetryEntry]) -> None:
         assert self.lease is not None
-        async with self.s.pool.acquire() as conn, store.fenced(conn, self.lease):
-            runs = await store.claim_retries(conn, self.lease, self.cfg.publish_lease_ms, chunk)
+        try:
+            async with self.s.pool.acquire() as conn, store.fenced(conn, self.lease):
+                runs = await store.claim_retries(conn, self.lease, self.cfg.publish_lease_ms, chunk)
+        except store.DB_ERRORS:
+            log.warning("retry claim failed", extra={"shard": self.shard}, exc_info=True)
+            for retry in chunk:
+                key = run_key(retry.tenant, retry.job_id, retry.scheduled_ms)
+                self.wheel.schedule(key, retry.retry_ms, retry)
+            await asyncio.sleep(RETRY_BACKOFF_S)
+            return
         await self._publish(runs, "retry")
 
     async def _publish(self, runs: Sequence[Dispatch], kind: str) -> None:
@@ -369,7 +389,7 @@ class ShardLeader:
         try:
             async with self.s.pool.acquire() as conn, store.fenced(conn, self.lease):
                 await store.mark_published(conn, acked)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        except store.DB_ERRORS:
             # Harmless: the runs are on Kafka; at worst the sweeper publishes them once more.
             log.warning("could not mark runs published", extra={"shard": self.shard}, exc_info=True)
 
@@ -424,6 +444,6 @@ class ShardLeader:
         try:
             async with self.s.pool.acquire() as conn:
                 await store.step_down(conn, self.lease)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        except store.DB_ERRORS:
             log.warning("could not clear the shard owner", extra={"shard": self.shard})
         self.s.metrics.leadership.labels("released").inc()

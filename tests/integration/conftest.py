@@ -149,14 +149,14 @@ class SchedEnv:
             job_id,
         )
 
-    def spawn(self, name: str, **extra_env: str) -> subprocess.Popen[bytes]:
+    def spawn(self, name: str, *args: str, **extra_env: str) -> subprocess.Popen[bytes]:
         """Start `tickwheel scheduler --id NAME` as a subprocess (stderr to a log file)."""
         log = Path(f"/tmp/tw-sched-{self.topics.prefix}-{name}.log")
         self.logs[name] = log
         env = {**os.environ, **self.env, **extra_env}
         with log.open("wb") as sink:
             proc = subprocess.Popen(
-                [TICKWHEEL, "scheduler", "--id", name],
+                [TICKWHEEL, "scheduler", "--id", name, *args],
                 env=env,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
@@ -189,7 +189,7 @@ def sched(stack: Addresses, db_dsn: str, topics: Topics) -> Iterator[SchedEnv]:
             "TICKWHEEL_SWEEP_INTERVAL_MS": "500",
             "TICKWHEEL_PUBLISH_LEASE_S": "30",
             "TICKWHEEL_ZK_SESSION_TIMEOUT_MS": str(ZK_TEST_SESSION_MS),
-            "TICKWHEEL_SCHEDULER_DB_CONNECTIONS": "4",
+            "TICKWHEEL_SCHEDULER_DB_CONNECTIONS": "8",
         },
     )
     asyncio.run(_create_tenant(db_dsn, env.tenant))
@@ -219,6 +219,12 @@ async def _retire_jobs(dsn: str, tenant: str) -> None:
     try:
         await conn.execute(
             "UPDATE jobs SET status = 'deleted', version = version + 1 WHERE tenant = $1", tenant
+        )
+        # Nor may its unfinished runs be swept (re-published) by the next test's leaders.
+        await conn.execute(
+            "UPDATE job_runs SET status = 'succeeded', finished_at = now()"
+            " WHERE tenant = $1 AND status IN ('pending', 'published', 'running', 'retrying')",
+            tenant,
         )
     finally:
         await conn.close()
