@@ -14,6 +14,8 @@ import time
 from tickwheel.queries import QUERIES
 from tickwheel.shards.store import Conn
 
+FLOOR_MARGIN_MS = 1  # see sync()
+
 
 class DbClock:
     """Database time in unix milliseconds, from the monotonic clock plus a measured offset."""
@@ -28,7 +30,9 @@ class DbClock:
         db_ms: int = await conn.fetchval(QUERIES["db_clock_ms"])
         received = time.monotonic_ns()
         self.round_trip_ms = (received - started) // 1_000_000
-        self._offset_ms = db_ms - received // 1_000_000
+        # Both readings are floored to the millisecond; the monotonic one may thus lag its
+        # true value by up to 1 ms, which would put our estimate up to 1 ms ahead: take it off.
+        self._offset_ms = db_ms - received // 1_000_000 - FLOOR_MARGIN_MS
 
     @property
     def synced(self) -> bool:

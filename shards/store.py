@@ -78,7 +78,8 @@ class Dispatch:
             attempt=self.attempt,
             epoch=epoch,
             priority=self.priority,
-            payload=orjson.loads(self.payload),
+            # The payload's JSON text goes into the envelope as it is (no decode/encode).
+            payload=orjson.Fragment(self.payload),
             timeout_ms=self.timeout_ms,
             handler=self.handler,
             target=orjson.loads(self.target) if self.target is not None else None,

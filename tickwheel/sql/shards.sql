@@ -23,7 +23,8 @@ ORDER BY j.change_xid
 
 -- db_clock_ms --
 -- The database's clock (not the transaction's start): what "never early" (I8) is measured by.
-SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms
+-- Floored, not rounded: a clock read half a millisecond ahead would be early.
+SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms
 
 -- shard_take_over --
 -- A new leader's first write: bump the epoch under the row lock (an INSERT ... ON CONFLICT
