@@ -27,6 +27,9 @@ def scheduler(member_id: str | None, metrics_port: int | None) -> None:
     """Lead shards elected through ZooKeeper: load, tick, claim, publish, until SIGTERM."""
     import asyncpg
     import uvloop
+    from confluent_kafka import KafkaException
+    from kazoo.exceptions import KazooException
+    from kazoo.handlers.threading import KazooTimeoutError
 
     from tickwheel import logs
     from tickwheel.config import ConfigError, load_settings, redact_dsn
@@ -43,7 +46,13 @@ def scheduler(member_id: str | None, metrics_port: int | None) -> None:
     logs.setup()
     try:
         code = uvloop.run(serve(settings, member_id, metrics_port))
-    except (OSError, asyncpg.PostgresError) as exc:
+    except (
+        OSError,
+        asyncpg.PostgresError,
+        KafkaException,
+        KazooException,
+        KazooTimeoutError,
+    ) as exc:
         click.echo(
             f"tickwheel: scheduler cannot start (Postgres at {redact_dsn(settings.effective_dsn)},"
             f" Kafka at {settings.effective_kafka}, ZooKeeper at {settings.effective_zk}): "

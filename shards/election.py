@@ -153,9 +153,12 @@ class Election:
     async def release(self, shard: int) -> None:
         """Delete the shard's node if it is still ours (a later holder's node is left alone)."""
         path = self.shard_path(shard)
+        session = self.client.client_id
+        if session is None:
+            return  # no session: our ephemeral nodes are gone (or go with it)
         try:
             stat = await self._call(self.client.exists, path)
-            if stat is not None and stat.ephemeralOwner == self.client.client_id[0]:
+            if stat is not None and stat.ephemeralOwner == session[0]:
                 await self._call(self.client.delete, path, version=stat.version)
         except NoNodeError:
             pass

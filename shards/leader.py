@@ -141,7 +141,7 @@ class ShardLeader:
         self.dispatching.set()
         self._stopping = False
         self._maybe_buffered = True
-        self._last_housekeeping = 0.0
+        self._last_housekeeping: float | None = None  # time.monotonic() of the last run
         self.feed_since: str | None = None  # feed position read at takeover
 
     # --- control, from the election (same event loop) -------------------------------------
@@ -416,8 +416,9 @@ class ShardLeader:
                 async with store.fenced(conn, self.lease):
                     released = await store.release_buffered(conn, self.lease, lease_ms)
                 self._maybe_buffered = await store.has_buffered(conn, self.shard)
-            if self.shard == 0 and time.monotonic() - self._last_housekeeping > (
-                HOUSEKEEPING_INTERVAL_S
+            last = self._last_housekeeping
+            if self.shard == 0 and (
+                last is None or time.monotonic() - last > HOUSEKEEPING_INTERVAL_S
             ):
                 created = await dbmod.ensure_partitions(cast(asyncpg.Connection, conn))
                 self._last_housekeeping = time.monotonic()

@@ -435,3 +435,20 @@ async def test_session_expiry_drops_the_wheels_and_the_process_rejoins(sched: Sc
         await wait_for(
             lambda: _any_run_after(sched, "tick", rejoined_at), 5, what="tick fired again"
         )
+
+
+async def test_shard_zero_leader_keeps_daily_job_runs_partitions_ready(sched: SchedEnv) -> None:
+    """the leader of shard 0 creates the job_runs partitions of the coming days"""
+    import datetime as dt
+
+    day = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=7)
+    name = f"job_runs_p{day:%Y%m%d}"
+    exists = "SELECT to_regclass($1) IS NOT NULL AS present"
+    await sched.fetch(f'DROP TABLE IF EXISTS "{name}"')
+    assert not (await sched.fetch(exists, name))[0]["present"]
+    async with running_scheduler(sched, "solo"):
+
+        async def present() -> bool:
+            return bool((await sched.fetch(exists, name))[0]["present"])
+
+        await wait_for(present, 10, what=f"{name} created")
