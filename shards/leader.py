@@ -422,7 +422,7 @@ class ShardLeader:
             ):
                 created = await dbmod.ensure_partitions(cast(asyncpg.Connection, conn))
                 self._last_housekeeping = time.monotonic()
-                log.info("job_runs partitions ensured", extra={"created": created})
+                log.info("job_runs partitions ensured", extra={"partitions_created": created})
         if again or requeued or dead or released:
             log.info(
                 "sweep",
