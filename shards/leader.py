@@ -69,7 +69,7 @@ from tickwheel.queries import QUERIES
 from tickwheel.schedule import ScheduleCache
 from tickwheel.shards import store
 from tickwheel.shards.dbclock import DbClock
-from tickwheel.shards.metrics import SchedulerMetrics
+from tickwheel.shards.metrics import SchedulerMetrics, observe_many
 from tickwheel.shards.outbox import Outbox
 from tickwheel.shards.plan import NO_NEXT_MS, JobEntry, RetryEntry, plan_claims
 from tickwheel.shards.store import Dispatch, FencedOut, Lease
@@ -384,8 +384,7 @@ class ShardLeader:
         m = self.s.metrics
         m.published.labels(kind).inc(len(acked))
         if kind == "first":
-            for run in acked:
-                m.dispatch_lag.observe(max(0, acked_at - run.scheduled_ms) / 1000)
+            observe_many(m.dispatch_lag, [max(0, acked_at - r.scheduled_ms) / 1000 for r in acked])
         try:
             async with self.s.pool.acquire() as conn, store.fenced(conn, self.lease):
                 await store.mark_published(conn, acked)
@@ -400,7 +399,7 @@ class ShardLeader:
         lease_ms = self.cfg.publish_lease_ms
         async with self.s.pool.acquire() as conn:
             until = self.s.clock.now_ms() + self.cfg.horizon_ms
-            for retry in (await store.horizon(conn, self.shard, until))[1]:
+            for retry in await store.retries(conn, self.shard, until):
                 self.wheel.schedule(
                     run_key(retry.tenant, retry.job_id, retry.scheduled_ms), retry.retry_ms, retry
                 )

@@ -149,6 +149,12 @@ async def horizon(conn: Conn, shard: int, until_ms: int) -> tuple[list[JobEntry]
     ]
 
 
+async def retries(conn: Conn, shard: int, until_ms: int) -> list[RetryEntry]:
+    """The shard's retrying runs due before `until_ms` (the sweeper's look-ahead)."""
+    rows = await conn.fetch(QUERIES["horizon_retries"], shard, until_ms)
+    return [RetryEntry(r["tenant"], r["job_id"], r["scheduled_at"], r["retry_at"]) for r in rows]
+
+
 async def jobs_by_keys(conn: Conn, keys: Sequence[tuple[str, str]]) -> list[asyncpg.Record]:
     return list(
         await conn.fetch(QUERIES["jobs_by_keys"], [k[0] for k in keys], [k[1] for k in keys])
@@ -190,13 +196,30 @@ async def claim(conn: Conn, lease: Lease, lease_ms: int, batch: ClaimBatch) -> C
         batch.run_reason,
         batch.run_leased,
     )
-    jobs: set[tuple[str, str]] = set()
-    runs: list[Dispatch] = []
+    jobs: dict[tuple[str, str], asyncpg.Record] = {}
+    pending: list[asyncpg.Record] = []
     for row in rows:
-        jobs.add((row["tenant"], row["job_id"]))
-        if row["scheduled_at"] is not None:
-            runs.append(_dispatch(row, attempt=1))
-    return Claimed(jobs, runs)
+        if row["scheduled_at"] is None:
+            jobs[(row["tenant"], row["job_id"])] = row
+        else:
+            pending.append(row)
+    runs = []
+    for row in pending:
+        job = jobs[(row["tenant"], row["job_id"])]
+        runs.append(
+            Dispatch(
+                tenant=row["tenant"],
+                job_id=row["job_id"],
+                scheduled_ms=row["scheduled_at"],
+                attempt=1,
+                priority=job["priority"],
+                handler=job["handler"],
+                target=job["target"],
+                payload=job["payload"],
+                timeout_ms=job["timeout_ms"],
+            )
+        )
+    return Claimed(set(jobs), runs)
 
 
 async def mark_published(conn: Conn, runs: Sequence[Dispatch]) -> None:
