@@ -250,10 +250,25 @@ class Scheduler:
             await self._pool.close()
 
 
+class _MemberField(logging.Filter):
+    """Stamps every log record of the process with its member id (`--id`)."""
+
+    def __init__(self, member_id: str) -> None:
+        super().__init__()
+        self.member_id = member_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "member"):
+            record.member = self.member_id
+        return True
+
+
 async def serve(settings: Settings, member_id: str | None, metrics_port: int | None) -> int:
     """Run a scheduler process until SIGINT/SIGTERM or a part's death; return the exit code."""
     process = Process("scheduler")
     scheduler = Scheduler(settings, member_id)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_MemberField(scheduler.member_id))
     if metrics_port is not None:
         from prometheus_client import start_http_server
 

@@ -35,7 +35,7 @@ DB_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.InternalClientError,
 )
 
-SWEEP_LIMIT = 5000  # runs one sweep statement handles at most; the next sweep takes the rest
+SWEEP_LIMIT = 5000  # runs one sweep statement handles at most (the next sweep takes the rest)
 
 
 class FencedOut(Exception):
