@@ -33,7 +33,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,9 +42,11 @@ import httpx
 
 from tickwheel import db
 from tickwheel.config import load_settings
+from tickwheel.registry_api.cursors import jobs_cursor
 from tickwheel.registry_api.document import Limits
-from tickwheel.registry_api.http import create_app, jobs_cursor
+from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.store import RegistryStore
+from tickwheel.testing import migrate, scratch_database_async
 
 RESULTS = Path(__file__).parent / "results"
 HOST = "127.0.0.1"  # loopback only
@@ -272,17 +273,16 @@ async def _wait_healthy(base: str, server: subprocess.Popen[bytes]) -> None:
 
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()  # other work on the shared cores skews every figure
-    admin_dsn = args.dsn.rsplit("/", 1)[0] + "/postgres"
-    name = f"bench_http_{uuid.uuid4().hex[:10]}"
-    dsn = args.dsn.rsplit("/", 1)[0] + f"/{name}"
-    admin = await asyncpg.connect(admin_dsn)
-    await admin.execute(f'CREATE DATABASE "{name}"')
+    async with scratch_database_async(args.dsn, "bench_http") as database:
+        await migrate(database.dsn)
+        return await _measure_on(args, database.dsn, load_before)
+
+
+async def _measure_on(
+    args: argparse.Namespace, dsn: str, load_before: tuple[float, float, float]
+) -> dict[str, Any]:
     server: subprocess.Popen[bytes] | None = None
     try:
-        conn = await asyncpg.connect(dsn)
-        await db.migrate(conn)
-        await db.ensure_partitions(conn)
-        await conn.close()
         pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
         key = await RegistryStore(pool, SHARDS).create_tenant("bench")
         await pool.close()
@@ -382,8 +382,6 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 def _table(result: dict[str, Any]) -> str:

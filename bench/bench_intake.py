@@ -15,7 +15,6 @@ import asyncio
 import json
 import platform
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,14 +22,14 @@ from typing import Any
 
 import asyncpg
 import orjson
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
-from tickwheel import db
 from tickwheel.config import load_settings
-from tickwheel.kafka import create_topics, delete_topics, producer
+from tickwheel.kafka import consumer, producer
 from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import tune_gc
+from tickwheel.testing import migrate, scratch_database_async, unique_topics
 from tickwheel.topics import Topics
 
 RESULTS = Path(__file__).parent / "results"
@@ -63,7 +62,7 @@ def _registration(tenant: str, i: int) -> bytes:
 
 
 def _committed_total(kafka: str, group: str, topic: str) -> int:
-    cons = Consumer({"bootstrap.servers": kafka, "group.id": group})
+    cons = consumer(kafka, group, **{"enable.auto.commit": False})
     try:
         tps = cons.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
         return sum(max(0, tp.offset) for tp in tps)
@@ -75,31 +74,22 @@ def _committed_total(kafka: str, group: str, topic: str) -> int:
 async def _scratch(dsn: str, kafka: str, count: int) -> AsyncIterator[tuple[str, Topics, float]]:
     """A throwaway migrated database with tenant `bench` and fresh topics holding `count`
     registrations; yields (its DSN, the topics, seconds taken to produce); then cleans up."""
-    admin = await asyncpg.connect(dsn.rsplit("/", 1)[0] + "/postgres")
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    bench_dsn = dsn.rsplit("/", 1)[0] + f"/{name}"
-    topics = Topics(f"bench{uuid.uuid4().hex[:8]}")
-    create_topics(kafka, topics.all(), partitions=PARTITIONS, replication=1)
-    try:
-        conn = await asyncpg.connect(bench_dsn)
-        await db.migrate(conn)
-        await conn.execute("INSERT INTO tenants (name) VALUES ('bench')")
-        await conn.close()
-        prod = producer(kafka)
-        started = time.perf_counter()
-        for i in range(count):
-            prod.produce(
-                topics.registrations, key=f"job-{i}".encode(), value=_registration("bench", i)
-            )
-            if i % 10_000 == 0:
-                prod.poll(0)
-        prod.flush(120)
-        yield bench_dsn, topics, time.perf_counter() - started
-    finally:
-        delete_topics(kafka, topics.all())
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with scratch_database_async(dsn, "bench") as database:
+        with unique_topics(kafka, "bench", partitions=PARTITIONS) as topics:
+            await migrate(database.dsn, partitions=False)
+            conn = await asyncpg.connect(database.dsn)
+            await conn.execute("INSERT INTO tenants (name) VALUES ('bench')")
+            await conn.close()
+            prod = producer(kafka)
+            started = time.perf_counter()
+            for i in range(count):
+                prod.produce(
+                    topics.registrations, key=f"job-{i}".encode(), value=_registration("bench", i)
+                )
+                if i % 10_000 == 0:
+                    prod.poll(0)
+            prod.flush(120)
+            yield database.dsn, topics, time.perf_counter() - started
 
 
 async def _one_run(dsn: str, kafka: str, count: int, batch: int) -> dict[str, Any]:

@@ -17,10 +17,18 @@ For each population it times, per computation:
   cache advance        `ScheduleCache.next_after(expected)` for every job, ten rounds: the
                        shard leader's hot path after each fire (window refills included)
 
-Each figure is the best of --repeats runs (the machine is shared). Writes
-bench/results/schedule.json and bench/results/schedule.md. Run:
+Each figure is the best of --repeats runs (the machine is shared).
+
+A third part times sparse schedules in DST zones one call at a time (issue 9): each case is
+asked for its next fire from SPARSE_STARTS instants spread over 2026-2100, cold (nothing about
+the zone or expression cached) and warm, and the median and worst call are reported in
+milliseconds (target: every call under 15 ms).
+
+Writes bench/results/schedule.json and bench/results/schedule.md (--sparse-only:
+bench/results/schedule_sparse.json and .md). Run:
 
     .venv/bin/python bench/bench_schedule.py [--jobs 100000] [--sample 20000] [--repeats 3]
+    .venv/bin/python bench/bench_schedule.py --sparse-only   # the sparse cases alone (~30 s)
 """
 
 from __future__ import annotations
@@ -42,10 +50,24 @@ from croniter import croniter
 
 from tickwheel.schedule import CronSchedule, ScheduleCache, parse_at, parse_cron
 from tickwheel.schedule.cron import clear_compiled
+from tickwheel.schedule.zones import timeline
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 START_MS = parse_at("2026-03-27T10:00:00Z")  # registration instant, two days before EU DST
 ADVANCE_ROUNDS = 10  # fires each job is advanced through in the warm measurement
+SPARSE_STARTS = 60  # start instants per sparse case
+SPARSE_FROM_MS = parse_at("2026-01-01T00:00:00Z")  # first start instant
+SPARSE_SPAN_MS = parse_at("2100-01-01T00:00:00Z") - SPARSE_FROM_MS  # starts spread over this
+
+# Schedules that fire once a year or rarer, in zones with DST: each call may cross many
+# offset segments (and their spring gaps) before it finds the next fire.
+SPARSE = [
+    ("0 0 L 2 MON#5", "Europe/Berlin"),  # last day of February or its fifth Monday (OR)
+    ("0 0 29 2 1#5", "Australia/Lord_Howe"),  # 29 February or a fifth Monday of it (OR)
+    ("0 0 * 2 MON#5", "Europe/Berlin"),  # a fifth Monday in February: every 28 years or so
+    ("30 2 29 2 *", "Europe/Berlin"),  # leap day, fixed hour
+    ("0 0 1 1 *", "Pacific/Apia"),  # yearly, east of UTC
+]
 
 SHARED = [
     ("0 9 * * MON-FRI", "Europe/Berlin"),
@@ -193,6 +215,61 @@ def measure(jobs: list[Job], sample_every: int, repeats: int) -> dict[str, objec
     return results
 
 
+def measure_sparse(repeats: int) -> dict[str, dict[str, float]]:
+    """Per-call milliseconds of `next_after` for each sparse case: median and worst start.
+
+    *cold*: a process that has never looked at the zone or the expression (the zone's offset
+    table and the compiled fields are dropped before the call); *warm*: the same call again.
+    Each start's figure is the best of `repeats` tries, so that a moment of contention on the
+    shared machine does not stand in for the code's worst case.
+    """
+    step = SPARSE_SPAN_MS // SPARSE_STARTS
+    starts = [SPARSE_FROM_MS + i * step + (i * 7919 % 86_400) * 1000 for i in range(SPARSE_STARTS)]
+    results: dict[str, dict[str, float]] = {}
+    for expr, tz in SPARSE:
+        cold, warm = [], []
+        for start in starts:
+            cold_ms = warm_ms = float("inf")
+            for _ in range(repeats):
+                timeline.cache_clear()
+                clear_compiled()
+                schedule = parse_cron(expr, tz=tz)
+                for runs in ("cold", "warm"):
+                    began = time.perf_counter()
+                    schedule.next_after(start)
+                    elapsed = (time.perf_counter() - began) * 1e3
+                    if runs == "cold":
+                        cold_ms = min(cold_ms, elapsed)
+                    else:
+                        warm_ms = min(warm_ms, elapsed)
+            cold.append(cold_ms)
+            warm.append(warm_ms)
+        cold.sort()
+        warm.sort()
+        results[f"{expr} @ {tz}"] = {
+            "cold_median_ms": round(cold[len(cold) // 2], 3),
+            "cold_max_ms": round(cold[-1], 3),
+            "warm_median_ms": round(warm[len(warm) // 2], 3),
+            "warm_max_ms": round(warm[-1], 3),
+        }
+    return results
+
+
+def sparse_markdown(sparse: dict[str, dict[str, float]]) -> str:
+    """The sparse-schedule table."""
+    rows = [
+        f"| `{case}` | {r['cold_median_ms']:.2f} | {r['cold_max_ms']:.2f} "
+        f"| {r['warm_median_ms']:.2f} | {r['warm_max_ms']:.2f} |"
+        for case, r in sparse.items()
+    ]
+    return (
+        f"Sparse schedules, milliseconds per `next_after` ({SPARSE_STARTS} starts over "
+        "2026-2100, best of the repeats per start).\n\n"
+        "| schedule @ zone | cold median | cold worst | warm median | warm worst |\n"
+        "|---|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n"
+    )
+
+
 def markdown(report: dict[str, object]) -> str:
     """The short table for docs/BENCHMARKS.md."""
     rows = []
@@ -226,29 +303,49 @@ def markdown(report: dict[str, object]) -> str:
     )
 
 
+def _environment(repeats: int) -> dict[str, object]:
+    return {
+        "python": platform.python_version(),
+        "croniter": version("croniter"),
+        "cpus": os.cpu_count(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "repeats": repeats,
+    }
+
+
 def main() -> None:
     """Run both populations and write the results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--sample", type=int, default=20_000, help="jobs timed with croniter")
     parser.add_argument("--repeats", type=int, default=3, help="runs per figure; the best counts")
+    parser.add_argument("--sparse-only", action="store_true", help="time the sparse cases only")
     args = parser.parse_args()
+    if args.sparse_only:
+        sparse = measure_sparse(args.repeats)
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        (RESULTS_DIR / "schedule_sparse.json").write_text(
+            json.dumps({**_environment(args.repeats), "sparse": sparse}, indent=2) + "\n"
+        )
+        table = sparse_markdown(sparse)
+        (RESULTS_DIR / "schedule_sparse.md").write_text(table)
+        print(table)
+        return
     sample_every = max(1, args.jobs // args.sample)
     report: dict[str, object] = {
-        "python": platform.python_version(),
-        "croniter": version("croniter"),
-        "cpus": os.cpu_count(),
-        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        **_environment(args.repeats),
         "start": "2026-03-27T10:00:00Z",
-        "repeats": args.repeats,
         "scenarios": {
             "shared": measure(shared_jobs(args.jobs), sample_every, args.repeats),
             "hashed": measure(hashed_jobs(args.jobs), sample_every, args.repeats),
         },
+        "sparse": measure_sparse(args.repeats),
     }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "schedule.json").write_text(json.dumps(report, indent=2) + "\n")
-    table = markdown(report)
+    sparse = report["sparse"]
+    assert isinstance(sparse, dict)
+    table = markdown(report) + "\n" + sparse_markdown(sparse)
     (RESULTS_DIR / "schedule.md").write_text(table)
     print(table)
 

@@ -9,19 +9,37 @@ form; nothing is silently dropped or defaulted away.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import math
-import threading
 from dataclasses import dataclass, field
-from typing import Any, Literal
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from tickwheel.schedule import ScheduleCache, ScheduleError, parse_at
+from tickwheel.domain import (
+    DstGap,
+    DstOverlap,
+    JobKind,
+    MisfirePolicy,
+    OverlapPolicy,
+    Priority,
+    job_key,
+    literal_of,
+)
+from tickwheel.schedule import (
+    DEFAULT_GRACE_MS,
+    DEFAULT_MAX_CATCHUP,
+    MAX_CATCHUP_LIMIT,
+    SHARED,
+    ScheduleError,
+    Timing,
+    first_run_at,
+    next_fire_after,
+    parse_at,
+)
 from tickwheel.sharding import shard_of
+from tickwheel.targets import TargetError, check_headers, check_target_url
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +49,19 @@ MAX_ATTEMPTS_LIMIT = 100
 TIMEOUT_LIMIT_MS = 24 * 3600 * 1000  # one day
 BACKOFF_LIMIT_MS = 7 * 24 * 3600 * 1000  # one week
 
-# Registrations often share expressions (and, via H, resolved schedules): parse each once per
-# process. The cache is not thread-safe and the intake validates on a thread of its own, so
-# every use goes through _SCHEDULES_LOCK (uncontended it costs well under a microsecond).
-SCHEDULES = ScheduleCache()
-_SCHEDULES_LOCK = threading.Lock()
+# The document's closed vocabularies, as literals of the domain's enums (see literal_of).
+if TYPE_CHECKING:
+    PriorityValue: TypeAlias = str
+    MisfireValue: TypeAlias = str
+    OverlapValue: TypeAlias = str
+    DstGapValue: TypeAlias = str
+    DstOverlapValue: TypeAlias = str
+else:
+    PriorityValue = literal_of(Priority)
+    MisfireValue = literal_of(MisfirePolicy)
+    OverlapValue = literal_of(OverlapPolicy)
+    DstGapValue = literal_of(DstGap)
+    DstOverlapValue = literal_of(DstOverlap)
 
 
 class _Strict(BaseModel):
@@ -57,14 +83,14 @@ class Backoff(_Strict):
 
 
 class Misfire(_Strict):
-    policy: Literal["skip", "run_once", "run_all"] = "run_once"
-    grace_ms: int = Field(60_000, ge=0, le=BACKOFF_LIMIT_MS)
-    max_catchup: int = Field(10, ge=1, le=1000)
+    policy: MisfireValue = MisfirePolicy.RUN_ONCE.value
+    grace_ms: int = Field(DEFAULT_GRACE_MS, ge=0, le=BACKOFF_LIMIT_MS)
+    max_catchup: int = Field(DEFAULT_MAX_CATCHUP, ge=1, le=MAX_CATCHUP_LIMIT)
 
 
 class Dst(_Strict):
-    gap: Literal["shift", "skip"] = "shift"
-    overlap: Literal["first", "last", "both"] = "first"
+    gap: DstGapValue = DstGap.SHIFT.value
+    overlap: DstOverlapValue = DstOverlap.FIRST.value
 
 
 class Target(_Strict):
@@ -83,12 +109,12 @@ class JobDocument(_Strict):
     handler: str | None = Field(None, pattern=HANDLER_PATTERN, max_length=256)
     target: Target | None = None
     payload: Any = Field(default_factory=dict)
-    priority: Literal["high", "normal", "low"] = "normal"
+    priority: PriorityValue = Priority.NORMAL.value
     max_attempts: int = Field(5, ge=1, le=MAX_ATTEMPTS_LIMIT)
     backoff: Backoff = Field(default_factory=Backoff)  # type: ignore[arg-type]
     timeout_ms: int = Field(300_000, ge=1, le=TIMEOUT_LIMIT_MS)
     misfire: Misfire = Field(default_factory=Misfire)  # type: ignore[arg-type]
-    overlap: Literal["allow", "skip", "buffer_one"] = "allow"
+    overlap: OverlapValue = OverlapPolicy.ALLOW.value
     dst: Dst = Field(default_factory=Dst)
 
 
@@ -110,6 +136,28 @@ class JobValidationError(ValueError):
     def __init__(self, problems: list[FieldProblem]) -> None:
         super().__init__("; ".join(str(p) for p in problems))
         self.problems = problems
+
+
+# An explicit version (a Kafka registration's `version`) is an integer from VERSION_MIN to
+# VERSION_MAX. 2^53 - 1 is the largest integer every JSON reader holds exactly (JavaScript's
+# Number.MAX_SAFE_INTEGER), and it leaves the stored bigint (up to 2^63 - 1) room for more
+# than 9 * 10^18 bumps after it, so no job's version can ever overflow.
+VERSION_MIN = 1
+VERSION_MAX = 2**53 - 1
+
+
+def check_version(version: int | None) -> None:
+    """JobValidationError (field `version`) unless `version` is None or within the bounds."""
+    if version is not None and not VERSION_MIN <= version <= VERSION_MAX:
+        shown = str(version) if abs(version) < 10**30 else f"a {len(str(version))}-digit number"
+        raise JobValidationError(
+            [
+                FieldProblem(
+                    "version",
+                    f"must be an integer from {VERSION_MIN} to {VERSION_MAX}, not {shown}",
+                )
+            ]
+        )
 
 
 @dataclass(frozen=True)
@@ -137,11 +185,11 @@ class JobSpec:
 
     @property
     def key(self) -> str:
-        return f"{self.tenant}/{self.document.id}"
+        return job_key(self.tenant, self.document.id)
 
     @property
-    def kind(self) -> str:
-        return "cron" if self.document.schedule is not None else "once"
+    def kind(self) -> JobKind:
+        return JobKind.CRON if self.document.schedule is not None else JobKind.ONCE
 
     # The dump of `stored_document`, made once (a list cell: the dataclass is frozen).
     _stored: list[dict[str, Any]] = field(default_factory=list, compare=False, repr=False)
@@ -155,34 +203,37 @@ class JobSpec:
             self._stored.append(self.document.model_dump(mode="json"))
         return self._stored[0]
 
-    def next_fire_after(self, after_ms: int) -> int | None:
-        """First scheduled instant strictly after `after_ms` (a one-off: its instant, once)."""
+    @property
+    def timing(self) -> Timing:
+        """When the job fires, as `tickwheel.schedule` computes it (made on demand: the hot
+        path answers from `_memo` and never needs it)."""
         doc = self.document
-        if doc.at is not None:
-            at_ms = parse_at(doc.at)
-            return at_ms if at_ms > after_ms else None
+        return Timing(
+            key=self.key,
+            schedule=doc.schedule,
+            at_ms=None if doc.at is None else parse_at(doc.at),
+            timezone=doc.timezone,
+            dst_gap=doc.dst.gap,
+            dst_overlap=doc.dst.overlap,
+        )
+
+    def next_fire_after(self, after_ms: int) -> int | None:
+        """`schedule.next_fire_after` of this job, with the process's shared cache."""
         if self._memo:
             # The next fire after an earlier instant t0 is also the next after any later
             # instant before it: validation's answer serves the batch's later `now`.
             since, found = self._memo[0]
             if since <= after_ms and (found is None or found > after_ms):
                 return found
-        assert doc.schedule is not None
-        with _SCHEDULES_LOCK:
-            found = SCHEDULES.next_after(
-                doc.schedule, doc.timezone, self.key, doc.dst.gap, doc.dst.overlap, after_ms
-            )
-        self._memo[:] = [(after_ms, found)]
+        found = next_fire_after(SHARED, self.timing, after_ms)
+        if self.document.schedule is not None:
+            self._memo[:] = [(after_ms, found)]
         return found
 
     def first_run_at(self, now_ms: int) -> int | None:
-        """`next_run_at` of a job created or changed at `now_ms`.
-
-        A one-off instant in the past is kept as it is: the shard leader finds it overdue and
-        applies the job's misfire policy, so a late registration is never silently dropped.
-        """
+        """`schedule.first_run_at` of this job: a one-off in the past keeps its instant."""
         if self.document.at is not None:
-            return parse_at(self.document.at)
+            return first_run_at(SHARED, self.timing, now_ms)
         return self.next_fire_after(now_ms)
 
 
@@ -199,27 +250,6 @@ def _pydantic_problems(exc: ValidationError) -> list[FieldProblem]:
     return problems
 
 
-def _target_allowed(url: str, allowlist: tuple[str, ...]) -> bool:
-    """Same scheme, host and port as an allowlist entry, and a path below the entry's path."""
-    parts = urlsplit(url)
-    # A dot segment (also percent-encoded) would let "/hooks/../admin" pass a "/hooks" prefix.
-    segments = parts.path.replace("%2e", ".").replace("%2E", ".").split("/")
-    if any(segment in (".", "..") for segment in segments):
-        return False
-    for entry in allowlist:
-        allowed = urlsplit(entry)
-        if (parts.scheme, parts.hostname, parts.port) != (
-            allowed.scheme,
-            allowed.hostname,
-            allowed.port,
-        ):
-            continue
-        base = allowed.path if allowed.path.endswith("/") else allowed.path + "/"
-        if allowed.path in ("", "/") or parts.path == allowed.path or parts.path.startswith(base):
-            return True
-    return False
-
-
 def parse_document(raw: Any) -> JobDocument:
     """Check the shape of a raw job document (a dict from JSON)."""
     if not isinstance(raw, dict):
@@ -230,7 +260,9 @@ def parse_document(raw: Any) -> JobDocument:
         raise JobValidationError(_pydantic_problems(exc)) from None
 
 
-JSON_MAX_DEPTH = 64  # nesting levels a document may have (orjson itself stops at 255)
+# Nesting levels a JSON value (a payload) may have: each array or object is one level, the
+# outermost included, whatever it holds (orjson itself stops at 255).
+JSON_MAX_DEPTH = 64
 INT64_MIN, UINT64_MAX = -(2**63), 2**64 - 1  # the integers orjson can write
 
 
@@ -252,7 +284,8 @@ def storable_problems(value: Any, path: str = "") -> list[FieldProblem]:
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]
     while stack and len(problems) < 10:
         item, where, depth = stack.pop()
-        if depth > JSON_MAX_DEPTH:
+        if isinstance(item, (dict, list)) and depth >= JSON_MAX_DEPTH:
+            # `depth` containers enclose this one: it is level depth + 1.
             problems.append(FieldProblem(where, f"nests deeper than {JSON_MAX_DEPTH} levels"))
         elif isinstance(item, str):
             if (message := _string_problem(item)) is not None:
@@ -329,7 +362,7 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
         problems.append(FieldProblem("payload", "must not be null; leave it out for {}"))
     if problems:
         raise JobValidationError(problems)
-    key = f"{tenant}/{doc.id}"
+    key = job_key(tenant, doc.id)
     if (doc.schedule is None) == (doc.at is None):
         raise JobValidationError(
             [
@@ -342,10 +375,9 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
         problems.append(FieldProblem("handler", "give exactly one of 'handler' and 'target'"))
     if doc.schedule is not None:
         try:
-            with _SCHEDULES_LOCK:
-                upcoming = SCHEDULES.next_after(
-                    doc.schedule, doc.timezone, key, doc.dst.gap, doc.dst.overlap, now_ms
-                )
+            upcoming = SHARED.next_after(
+                doc.schedule, doc.timezone, key, doc.dst.gap, doc.dst.overlap, now_ms
+            )
             if upcoming is None:
                 problems.append(FieldProblem("schedule", "has no future occurrence"))
         except ScheduleError as exc:
@@ -356,9 +388,8 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
             parse_at(doc.at)
         except ScheduleError as exc:
             problems.append(FieldProblem("at", exc.message))
-        try:
-            with _SCHEDULES_LOCK:  # one-offs need a valid zone too
-                SCHEDULES.schedule("0 0 * * *", tz=doc.timezone)
+        try:  # one-offs need a valid zone too
+            SHARED.schedule("0 0 * * *", tz=doc.timezone)
         except ScheduleError as exc:
             problems.append(FieldProblem(exc.field, exc.message))
     size = len(orjson.dumps(doc.payload))
@@ -370,23 +401,13 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
         )
     if doc.target is not None:
         try:
-            parts = urlsplit(doc.target.url)
-        except ValueError:  # e.g. an unclosed IPv6 bracket
-            parts = urlsplit("")
-        try:
-            _ = parts.port  # raises for a port out of range or not a number
-            valid_url = parts.scheme in ("http", "https") and bool(parts.hostname)
-        except ValueError:
-            valid_url = False
-        if not valid_url:
-            problems.append(FieldProblem("target.url", "must be an absolute http(s) URL"))
-        elif not _target_allowed(doc.target.url, limits.target_allowlist):
-            problems.append(
-                FieldProblem(
-                    "target.url",
-                    "is not in the operator's target allowlist (TICKWHEEL_TARGET_ALLOWLIST)",
-                )
-            )
+            url = check_target_url(doc.target.url, limits.target_allowlist)
+            check_headers(doc.target.headers)
+        except TargetError as exc:
+            problems.append(FieldProblem(exc.field, exc.message))
+        else:
+            if url != doc.target.url:  # store (and compare) the URL as servers will read it
+                doc = doc.model_copy(update={"target": doc.target.model_copy(update={"url": url})})
     if problems:
         raise JobValidationError(problems)
     spec = JobSpec(tenant=tenant, document=doc, shard_id=shard_of(tenant, doc.id, limits.shards))
@@ -399,17 +420,3 @@ def spec_from_stored(tenant: str, document: dict[str, Any], shards: int) -> JobS
     """Rebuild the spec of a stored (already validated) document without re-checking limits."""
     doc = JobDocument.model_validate(document)
     return JobSpec(tenant=tenant, document=doc, shard_id=shard_of(tenant, doc.id, shards))
-
-
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-ONE_MS = dt.timedelta(milliseconds=1)
-
-
-def ms_to_datetime(ms: int | None) -> dt.datetime | None:
-    """Exact (integer arithmetic, no float rounding)."""
-    return None if ms is None else EPOCH + ms * ONE_MS
-
-
-def datetime_to_ms(value: dt.datetime | None) -> int | None:
-    """Exact for any aware datetime; sub-millisecond parts are floored."""
-    return None if value is None else (value - EPOCH) // ONE_MS

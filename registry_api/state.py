@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from tickwheel.domain import JobStatus, RegistrationOp
 from tickwheel.registry_api.document import JobSpec
 
 
@@ -39,10 +40,11 @@ class Outcome(StrEnum):
 
     @property
     def changed(self) -> bool:
-        return self in _CHANGING
+        return self in CHANGING
 
 
-_CHANGING = {Outcome.CREATED, Outcome.UPDATED, Outcome.DELETED, Outcome.PAUSED, Outcome.RESUMED}
+# The outcomes that changed the job, in a stable order (metrics export one counter each).
+CHANGING = (Outcome.CREATED, Outcome.UPDATED, Outcome.DELETED, Outcome.PAUSED, Outcome.RESUMED)
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class StoredJob:
 
 @dataclass(frozen=True)
 class Op:
-    kind: str  # upsert | delete | pause | resume
+    kind: str  # a RegistrationOp: upsert | delete | pause | resume
     tenant: str
     job_id: str
     spec: JobSpec | None = None  # the validated document, for upsert
@@ -125,9 +127,9 @@ def apply(
         return current, Outcome.REPLAY
     if op.version is not None and current is not None and op.version <= current.version:
         return current, Outcome.STALE
-    live = current is not None and current.status != "deleted"
+    live = current is not None and current.status != JobStatus.DELETED
 
-    if op.kind == "upsert":
+    if op.kind == RegistrationOp.UPSERT:
         assert op.spec is not None, "an upsert carries its validated spec"
         document = op.spec.stored_document
         if current is not None and live and current.document == document and op.version is None:
@@ -142,7 +144,7 @@ def apply(
                 op.tenant,
                 op.job_id,
                 document,
-                "active" if first is not None else "completed",
+                JobStatus.ACTIVE if first is not None else JobStatus.COMPLETED,
                 _next_version(current, op),
                 first,
                 partition,
@@ -155,8 +157,8 @@ def apply(
             # may be due right now; recomputing from now could skip it.
             first = current.next_run_at
         status = current.status
-        if status == "completed" or (status == "active" and first is None):
-            status = "active" if first is not None else "completed"
+        if status == JobStatus.COMPLETED or (status == JobStatus.ACTIVE and first is None):
+            status = JobStatus.ACTIVE if first is not None else JobStatus.COMPLETED
         return _changed(
             current, op, document=document, spec=op.spec, next_run_at=first, status=status
         ), Outcome.UPDATED
@@ -165,18 +167,18 @@ def apply(
         return current, Outcome.NOT_FOUND
     assert current is not None
 
-    if op.kind == "delete":
-        return _changed(current, op, status="deleted", next_run_at=None), Outcome.DELETED
-    if op.kind == "pause":
-        if current.status == "paused":
+    if op.kind == RegistrationOp.DELETE:
+        return _changed(current, op, status=JobStatus.DELETED, next_run_at=None), Outcome.DELETED
+    if op.kind == RegistrationOp.PAUSE:
+        if current.status == JobStatus.PAUSED:
             return current, Outcome.UNCHANGED
-        if current.status != "active":
+        if current.status != JobStatus.ACTIVE:
             return current, Outcome.CONFLICT
-        return _changed(current, op, status="paused"), Outcome.PAUSED
-    if op.kind == "resume":
-        if current.status == "active":
+        return _changed(current, op, status=JobStatus.PAUSED), Outcome.PAUSED
+    if op.kind == RegistrationOp.RESUME:
+        if current.status == JobStatus.ACTIVE:
             return current, Outcome.UNCHANGED
-        if current.status != "paused":
+        if current.status != JobStatus.PAUSED:
             return current, Outcome.CONFLICT
         spec: JobSpec = current.spec or resume_from(current)
         if spec.document.at is not None:
@@ -184,6 +186,6 @@ def apply(
         else:
             next_run = spec.next_fire_after(now_ms)
         return _changed(
-            current, op, status="active", next_run_at=next_run, spec=spec
+            current, op, status=JobStatus.ACTIVE, next_run_at=next_run, spec=spec
         ), Outcome.RESUMED
     raise ValueError(f"unknown operation {op.kind!r}")

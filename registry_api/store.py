@@ -10,6 +10,7 @@ whole batch is retried against the winner's row.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import secrets
@@ -20,19 +21,21 @@ from typing import Any
 import asyncpg
 import orjson
 
+from tickwheel.clock import now_ms
+from tickwheel.domain import run_key
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import JobSpec, spec_from_stored
 from tickwheel.registry_api.state import Op, Outcome, StoredJob, apply
 
+# Errors that mean "the database cannot be reached right now", not "this request is wrong".
+DB_UNAVAILABLE = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+)
 WRITE_RETRIES = 3
 API_KEY_PREFIX = "tw_"
 PAGE_LIMIT_MAX = 500
-
-
-def now_ms() -> int:
-    return (dt.datetime.now(dt.UTC) - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(
-        milliseconds=1
-    )
 
 
 @dataclass(frozen=True)
@@ -73,40 +76,6 @@ def hash_key(api_key: str) -> bytes:
     return hashlib.sha256(api_key.encode()).digest()
 
 
-# The columns of `jobs_stage` (registry.sql `jobs_stage_create`), in the order `_row_tuple`
-# yields them; times are integer milliseconds, jsonb columns JSON text.
-STAGE_COLUMNS = (
-    "tenant",
-    "job_id",
-    "shard_id",
-    "kind",
-    "schedule",
-    "run_at",
-    "timezone",
-    "handler",
-    "target",
-    "payload",
-    "priority",
-    "max_attempts",
-    "backoff_base_ms",
-    "backoff_cap_ms",
-    "timeout_ms",
-    "misfire_policy",
-    "misfire_grace_ms",
-    "misfire_max_catchup",
-    "overlap_policy",
-    "dst_gap",
-    "dst_overlap",
-    "status",
-    "next_run_at",
-    "version",
-    "document",
-    "intake_partition",
-    "intake_offset",
-    "expected_version",
-)
-
-
 def _json_text(value: Any) -> str | None:
     # A JSON null becomes SQL NULL (jobs.payload refuses it; validation rejects a null payload
     # before it gets here, and jobs.target is NULL when the job has a handler).
@@ -114,14 +83,18 @@ def _json_text(value: Any) -> str | None:
 
 
 def _row_tuple(job: StoredJob, spec: JobSpec, expected_version: int | None) -> tuple[Any, ...]:
-    """One `jobs_stage` row: a tuple, as binary COPY takes it (no per-row dict)."""
+    """One `jobs_stage` row: a tuple, as binary COPY takes it (no per-row dict).
+
+    Values come in the column order of `jobs_stage_create` (registry.sql), which the COPY
+    uses as it is; times are integer milliseconds, jsonb columns JSON text.
+    """
     doc = spec.document
     backoff, misfire, dst = doc.backoff, doc.misfire, doc.dst
     return (
         job.tenant,
         job.job_id,
         spec.shard_id,
-        "cron" if doc.schedule is not None else "once",
+        spec.kind,
         doc.schedule,
         spec.first_run_at(0) if doc.at is not None else None,
         doc.timezone,
@@ -203,9 +176,7 @@ class RegistryStore:
             ]
             if records:
                 await conn.execute(QUERIES["jobs_stage_create"])
-                await conn.copy_records_to_table(
-                    "jobs_stage", records=records, columns=STAGE_COLUMNS
-                )
+                await conn.copy_records_to_table("jobs_stage", records=records)
                 written: int = await conn.fetchval(QUERIES["jobs_write_batch"])
                 if written != len(records):
                     raise _ConcurrentCreate
@@ -253,7 +224,7 @@ class RegistryStore:
         rows = await self.pool.fetch(QUERIES["job_runs_page"], tenant, job_id, before_ms, limit + 1)
         page = [
             RunView(
-                f"{r['tenant']}/{r['job_id']}@{r['scheduled_at']}",
+                run_key(r["tenant"], r["job_id"], r["scheduled_at"]),
                 r["scheduled_at"],
                 r["status"],
                 r["attempt"],
@@ -265,6 +236,15 @@ class RegistryStore:
         ]
         more = len(rows) > limit
         return page, (page[-1].scheduled_at if more and page else None)
+
+    async def health(self, timeout_s: float) -> str | None:
+        """None when the database answers within `timeout_s` seconds, else why not (the
+        exception's name)."""
+        try:
+            await asyncio.wait_for(self.pool.fetchval(QUERIES["health_check"]), timeout_s)
+        except (TimeoutError, *DB_UNAVAILABLE, asyncpg.PostgresError) as exc:
+            return type(exc).__name__
+        return None
 
     # tenants ----------------------------------------------------------------------------------
 

@@ -32,20 +32,16 @@ def scheduler(member_id: str | None, metrics_port: int | None) -> None:
     from kazoo.handlers.threading import KazooTimeoutError
 
     from tickwheel import logs
-    from tickwheel.config import ConfigError, load_settings, redact_dsn
+    from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings
+    from tickwheel.config import redact_dsn
     from tickwheel.shards.service import serve
 
     if member_id is not None and not ID_FORM.match(member_id):
-        click.echo("tickwheel: --id must match [A-Za-z0-9._:-]{1,128}", err=True)
-        sys.exit(2)
-    try:
-        settings = load_settings()
-    except ConfigError as exc:
-        click.echo(f"tickwheel: {exc}", err=True)
-        sys.exit(2)
+        fail("--id must match [A-Za-z0-9._:-]{1,128}", EXIT_BAD_INPUT)
+    s = settings()
     logs.setup()
     try:
-        code = uvloop.run(serve(settings, member_id, metrics_port))
+        code = uvloop.run(serve(s, member_id, metrics_port))
     except (
         OSError,
         asyncpg.PostgresError,
@@ -53,11 +49,8 @@ def scheduler(member_id: str | None, metrics_port: int | None) -> None:
         KazooException,
         KazooTimeoutError,
     ) as exc:
-        click.echo(
-            f"tickwheel: scheduler cannot start (Postgres at {redact_dsn(settings.effective_dsn)},"
-            f" Kafka at {settings.effective_kafka}, ZooKeeper at {settings.effective_zk}): "
-            f"{type(exc).__name__}: {exc}",
-            err=True,
+        fail(
+            f"scheduler cannot start (Postgres at {redact_dsn(s.effective_dsn)}, Kafka at "
+            f"{s.effective_kafka}, ZooKeeper at {s.effective_zk}): {type(exc).__name__}: {exc}"
         )
-        sys.exit(1)
     sys.exit(code)

@@ -10,18 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import pytest
 
-from tickwheel import db as dbmod
 from tickwheel.config import load_settings
-from tickwheel.devstack import Addresses, DevStack
-from tickwheel.kafka import create_topics, delete_topics
+from tickwheel.stack import Addresses, DevStack
+from tickwheel.testing import migrate, scratch_database, unique_topics
 from tickwheel.topics import Topics
 
 MARKERS = {"unit", "integration"}
@@ -38,7 +33,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Addresses]:
     if os.environ.get("TICKWHEEL_STACK") == "testcontainers":
-        from tickwheel.containers import started
+        from tickwheel.stack.containers import started
 
         with started() as addresses:
             yield addresses
@@ -57,66 +52,30 @@ def stack() -> Iterator[Addresses]:
             dev.down()
 
 
-def _with_database(dsn: str, database: str) -> str:
-    parts = urlsplit(dsn)
-    return urlunsplit(parts._replace(path=f"/{database}"))
-
-
-async def _admin(dsn: str, statement: str) -> None:
-    conn = await asyncpg.connect(_with_database(dsn, "postgres"))
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
-@contextmanager
-def _database(stack: Addresses, prefix: str, template: str | None = None) -> Iterator[str]:
-    """A new database (a copy of `template`, if given) for the block; yields its name."""
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    clause = f' TEMPLATE "{template}"' if template else ""
-    asyncio.run(_admin(stack.dsn, f'CREATE DATABASE "{name}"{clause}'))
-    try:
-        yield name
-    finally:
-        asyncio.run(_admin(stack.dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
 @pytest.fixture(scope="session")
 def template_db(stack: Addresses) -> Iterator[str]:
     """A migrated database that every test module's database is cloned from."""
-
-    async def migrate(dsn: str) -> None:
-        conn = await asyncpg.connect(dsn)
-        try:
-            await dbmod.migrate(conn)
-            await dbmod.ensure_partitions(conn)
-        finally:
-            await conn.close()
-
-    with _database(stack, "tw_template") as name:
-        asyncio.run(migrate(_with_database(stack.dsn, name)))
-        yield name
+    with scratch_database(stack.dsn, "tw_template") as template:
+        asyncio.run(migrate(template.dsn))
+        yield template.name
 
 
 @pytest.fixture(scope="module")
 def db_dsn(stack: Addresses, template_db: str) -> Iterator[str]:
     """DSN of a fresh, migrated database for this test module only."""
-    with _database(stack, "tw", template=template_db) as name:
-        yield _with_database(stack.dsn, name)
+    with scratch_database(stack.dsn, "tw", template=template_db) as database:
+        yield database.dsn
 
 
 @pytest.fixture
 def empty_db_dsn(stack: Addresses) -> Iterator[str]:
     """DSN of a brand-new database with no schema at all."""
-    with _database(stack, "tw_empty") as name:
-        yield _with_database(stack.dsn, name)
+    with scratch_database(stack.dsn, "tw_empty") as database:
+        yield database.dsn
 
 
 @pytest.fixture
 def topics(stack: Addresses) -> Iterator[Topics]:
     """The system's topics under a prefix unique to this test, deleted afterwards."""
-    names = Topics(f"t{uuid.uuid4().hex[:10]}")
-    create_topics(stack.kafka, names.all(), partitions=2, replication=1)
-    yield names
-    delete_topics(stack.kafka, names.all())
+    with unique_topics(stack.kafka, "t", partitions=2) as names:
+        yield names

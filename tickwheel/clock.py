@@ -38,6 +38,12 @@ def format_seconds(ms: int) -> str:
 
 
 def format_ms(ms: int) -> str:
-    """ISO-8601 with milliseconds and `Z`: `2026-12-01T09:00:00.250Z`, for logs and tables."""
-    moment = ms_to_datetime(ms)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{moment.microsecond // 1000:03d}Z"
+    """ISO-8601 with milliseconds and `Z`: `2026-12-01T09:00:00.250Z` (the HTTP API's form)."""
+    return format_datetime(ms_to_datetime(ms))
+
+
+def format_datetime(moment: dt.datetime) -> str:
+    """An aware datetime as `format_ms` writes it: UTC, milliseconds (floored), `Z`."""
+    # isoformat rather than strftime: %Y does not pad years before 1000 on every platform.
+    text = moment.astimezone(dt.UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")

@@ -19,7 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-PRIORITIES = ("high", "normal", "low")
+from tickwheel.domain import PRIORITIES, Priority
 
 
 class ConfigError(ValueError):
@@ -43,7 +43,11 @@ class Settings(BaseSettings):
         "tickwheel", pattern=r"^[A-Za-z0-9._-]{1,100}$", description="prefix of every topic name"
     )
     priority_weights: dict[str, int] = Field(
-        default_factory=lambda: {"high": 6, "normal": 3, "low": 1},
+        default_factory=lambda: {
+            Priority.HIGH.value: 6,
+            Priority.NORMAL.value: 3,
+            Priority.LOW.value: 1,
+        },
         description="relative share of worker polls per priority topic",
     )
     payload_limit_bytes: int = Field(262_144, ge=1, description="max job payload, bytes")
@@ -93,6 +97,41 @@ class Settings(BaseSettings):
     )
     topic_partitions: int = Field(6, ge=1, description="partitions of created topics")
     topic_replication: int = Field(1, ge=1, description="replication factor of created topics")
+
+    # workers
+    worker_concurrency: int = Field(
+        16, ge=1, le=10_000, description="runs a worker executes at once (`--concurrency`)"
+    )
+    worker_high_reserved_slots: int = Field(
+        0, ge=0, description="execution slots only high-priority runs may take"
+    )
+    worker_tenant_concurrency: int = Field(
+        0, ge=0, description="runs of one tenant a worker executes at once; 0: no cap"
+    )
+    worker_queue_per_priority: int = Field(
+        256,
+        ge=1,
+        description="deliveries a worker holds per priority before pausing that topic's partitions",
+    )
+    worker_batch: int = Field(
+        500, ge=1, le=100_000, description="messages per fetch and results per database write"
+    )
+    worker_grace_s: float = Field(
+        20.0,
+        ge=0,
+        description="on SIGTERM, how long in-flight runs may finish before they are left to "
+        "their lease, seconds",
+    )
+    target_rate_per_s: float = Field(
+        50.0, gt=0, description="HTTP target requests per second per host (token bucket)"
+    )
+    target_burst: int = Field(20, ge=1, description="HTTP target requests a host may get at once")
+    target_breaker_failures: int = Field(
+        5, ge=1, description="consecutive failures of a host that open its circuit breaker"
+    )
+    target_breaker_cooldown_s: float = Field(
+        30.0, gt=0, description="how long an open circuit fails calls fast, seconds"
+    )
 
     devstack_dir: Path = Field(Path(".devstack"), description="where `tickwheel dev` keeps state")
     dev_pg_port: int = Field(55432, ge=1, le=65535, description="dev stack Postgres port")

@@ -19,13 +19,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import click
 import orjson
-from confluent_kafka import Consumer
 
+from tickwheel.cli_support import fail, settings
 from tickwheel.config import Settings
-from tickwheel.kafka import producer
 from tickwheel.topics import Topics
+
+# httpx and the Kafka client are imported when the demo runs, so that registering the `demo`
+# command keeps `tickwheel --help` and `tickwheel cron` quick to start.
 
 READY_TIMEOUT_S = 30.0
 
@@ -38,6 +40,8 @@ def _free_port() -> int:
 
 
 def _wait_for(check: Callable[[], Any], what: str, timeout_s: float = READY_TIMEOUT_S) -> Any:
+    import httpx
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -51,6 +55,10 @@ def _wait_for(check: Callable[[], Any], what: str, timeout_s: float = READY_TIME
 
 
 def run(settings: Settings, say: Callable[[str], None]) -> None:
+    import httpx
+
+    from tickwheel.kafka import producer
+
     exe = str(Path(sys.executable).parent / "tickwheel")
     tenant = f"demo-{uuid.uuid4().hex[:6]}"
     out = subprocess.run([exe, "tenant", "add", tenant], capture_output=True, text=True, check=True)
@@ -125,13 +133,10 @@ def run(settings: Settings, say: Callable[[str], None]) -> None:
 def _find_rejection(settings: Settings, topic: str, original: bytes) -> str:
     import base64
 
-    cons = Consumer(
-        {
-            "bootstrap.servers": settings.effective_kafka,
-            "group.id": f"demo-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
+    from tickwheel.kafka import consumer
+
+    cons = consumer(
+        settings.effective_kafka, f"demo-{uuid.uuid4()}", **{"enable.auto.commit": False}
     )
     cons.subscribe([topic])
     try:
@@ -146,3 +151,18 @@ def _find_rejection(settings: Settings, topic: str, original: bytes) -> str:
         raise RuntimeError("demo: the rejection did not appear")
     finally:
         cons.close()
+
+
+@click.command("demo")
+def demo() -> None:
+    """End to end on the local stack: stack, schema, registry over HTTP and Kafka."""
+    from tickwheel.core_cli import db_migrate
+    from tickwheel.stack.cli import dev_up
+
+    ctx = click.get_current_context()
+    ctx.invoke(dev_up)
+    ctx.invoke(db_migrate)
+    try:
+        run(settings(), say=click.echo)
+    except RuntimeError as exc:
+        fail(str(exc))

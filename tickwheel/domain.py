@@ -34,7 +34,9 @@ the workers (workers/) those marked W, operators (`tickwheel dlq replay`) the on
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from enum import StrEnum
+from typing import Any, Literal
 
 from tickwheel.schedule import DstGap, DstOverlap, MisfirePolicy, OverlapPolicy
 
@@ -54,6 +56,7 @@ __all__ = [
     "RunOrigin",
     "RunStatus",
     "job_key",
+    "literal_of",
     "parse_run_key",
     "run_key",
 ]
@@ -119,6 +122,14 @@ class RunOrigin(StrEnum):
     TRIGGER = "trigger"
     BACKFILL = "backfill"
     REPLAY = "replay"
+
+
+def literal_of(members: Iterable[StrEnum]) -> Any:
+    """`Literal["a", "b", …]` of these members' values, for pydantic models and FastAPI
+    parameters: the OpenAPI schema and the error messages stay those of a literal (an enum
+    type would become a `$ref` and refuse plain strings in strict models), while the values
+    keep their one home in the enum. Type checkers see the alias as `str` (see its users)."""
+    return Literal[tuple(member.value for member in members)]
 
 
 # --- identities ----------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -16,25 +18,33 @@ from typing import Any
 
 import orjson
 
+from tickwheel import domain
+from tickwheel.domain import RegistrationOp, run_key
+
+__all__ = [
+    "DeadLetter",
+    "EnvelopeError",
+    "Registration",
+    "Rejection",
+    "RunEnvelope",
+    "parse_run_key",
+    "run_key",
+]
+
 RUN_ENVELOPE_VERSION = 1
-RUN_KEY_FORM = re.compile(r"^(?P<tenant>[^/@]+)/(?P<job_id>[^/@]+)@(?P<ms>-?\d+)$")
-REGISTRATION_OPS = ("upsert", "delete", "pause", "resume")
+REGISTRATION_OPS = tuple(op.value for op in RegistrationOp)
 
 
 class EnvelopeError(ValueError):
     """A message that does not have the shape of its topic; names the field."""
 
 
-def run_key(tenant: str, job_id: str, scheduled_ms: int) -> str:
-    """`<tenant>/<job_id>@<unix_ms>`: the identity of one run everywhere (DESIGN §3)."""
-    return f"{tenant}/{job_id}@{scheduled_ms}"
-
-
 def parse_run_key(key: str) -> tuple[str, str, int]:
-    match = RUN_KEY_FORM.match(key)
-    if not match:
-        raise EnvelopeError(f"run_key must look like <tenant>/<job_id>@<unix_ms>, not {key!r}")
-    return match["tenant"], match["job_id"], int(match["ms"])
+    """`domain.parse_run_key`, failing as a malformed message does here: EnvelopeError."""
+    try:
+        return domain.parse_run_key(key)
+    except domain.RunKeyError as exc:
+        raise EnvelopeError(str(exc)) from None
 
 
 # A run of 19+ digits may be an integer beyond 64 bits, which orjson silently turns into a
@@ -159,16 +169,18 @@ class DeadLetter:
     error: str
     attempts: int
     dead_at: int  # unix milliseconds, UTC
+    worker: str | None = None  # the worker that recorded the last attempt, when one did
 
     def encode(self) -> bytes:
-        return orjson.dumps(
-            {
-                **self.run.to_dict(),
-                "error": self.error,
-                "attempts": self.attempts,
-                "dead_at": self.dead_at,
-            }
-        )
+        body = {
+            **self.run.to_dict(),
+            "error": self.error,
+            "attempts": self.attempts,
+            "dead_at": self.dead_at,
+        }
+        if self.worker is not None:
+            body["worker"] = self.worker
+        return orjson.dumps(body)
 
     @classmethod
     def decode(cls, raw: bytes) -> DeadLetter:
@@ -177,6 +189,55 @@ class DeadLetter:
             run=RunEnvelope.from_dict(obj),
             error=_take(obj, "error", str),
             attempts=_take(obj, "attempts", int),
+            dead_at=_take(obj, "dead_at", int),
+            worker=_take(obj, "worker", str, optional=True),
+        )
+
+
+@dataclass(frozen=True)
+class UnreadableRun:
+    """A message on a run topic that is no run envelope, as a worker puts it on `runs.dlq`.
+
+    `{"kind": "unreadable", "error": reason, "source": {"topic", "partition", "offset"},
+    "original": <base64 of the exact bytes>, "worker": id, "dead_at": unix ms}`: no run fields,
+    since none could be trusted; `kind` tells it apart from a `DeadLetter`.
+    """
+
+    error: str
+    topic: str
+    partition: int
+    offset: int
+    original: bytes = field(repr=False)
+    worker: str = ""
+    dead_at: int = 0  # unix milliseconds, UTC
+
+    KIND = "unreadable"
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            {
+                "kind": self.KIND,
+                "error": self.error,
+                "source": {"topic": self.topic, "partition": self.partition, "offset": self.offset},
+                "original": base64.b64encode(self.original).decode(),
+                "worker": self.worker,
+                "dead_at": self.dead_at,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> UnreadableRun:
+        obj = _loads(raw)
+        if obj.get("kind") != cls.KIND:
+            raise EnvelopeError(f"field 'kind' must be {cls.KIND!r}")
+        source = _take(obj, "source", dict)
+        return cls(
+            error=_take(obj, "error", str),
+            topic=_take(source, "topic", str),
+            partition=_take(source, "partition", int),
+            offset=_take(source, "offset", int),
+            original=_b64(_take(obj, "original", str)),
+            worker=_take(obj, "worker", str),
             dead_at=_take(obj, "dead_at", int),
         )
 
@@ -194,9 +255,9 @@ class Registration:
     def __post_init__(self) -> None:
         if self.op not in REGISTRATION_OPS:
             raise EnvelopeError(f"field 'op' must be one of {', '.join(REGISTRATION_OPS)}")
-        if self.op == "upsert" and self.job is None:
+        if self.op == RegistrationOp.UPSERT and self.job is None:
             raise EnvelopeError("field 'job' is missing (op 'upsert' carries the job document)")
-        if self.op != "upsert" and self.id is None:
+        if self.op != RegistrationOp.UPSERT and self.id is None:
             raise EnvelopeError(f"field 'id' is missing (op {self.op!r} names a job by id)")
 
     @property
@@ -228,31 +289,78 @@ class Registration:
         )
 
 
+# A reason longer than this is cut (with "…"): a reason quotes input (a field path, a key), and
+# input can be as large as the message itself.
+REJECTION_REASON_MAX_CHARS = 2000
+
+
 @dataclass(frozen=True)
 class Rejection:
-    """What `registrations.rejected` holds: the reason, where it came from, the exact bytes."""
+    """What `registrations.rejected` holds: the reason, where it came from, the original bytes.
+
+    `original` is the message exactly as received, unless it would not fit in one message
+    beside the reason: then it is the message's first bytes, `truncated` is true, and
+    `original_size` (bytes) and `original_sha256` (hex) describe the whole message. `fitted`
+    builds a rejection that always fits (DESIGN I7).
+    """
 
     reason: str
     partition: int
     offset: int
     original: bytes = field(repr=False)
+    original_size: int | None = None  # bytes of the whole message; set when truncated
+    original_sha256: str | None = None  # hex SHA-256 of the whole message; set when truncated
+    truncated: bool = False
+
+    @classmethod
+    def fitted(
+        cls, reason: str, partition: int, offset: int, original: bytes, max_bytes: int
+    ) -> Rejection:
+        """A rejection whose encoding is at most `max_bytes`: the reason cut to
+        REJECTION_REASON_MAX_CHARS, the original cut (with its size and digest) if need be."""
+        if len(reason) > REJECTION_REASON_MAX_CHARS:
+            reason = reason[: REJECTION_REASON_MAX_CHARS - 1] + "…"
+        whole = cls(reason, partition, offset, original)
+        # base64 makes 4 bytes of 3: skip encoding what cannot fit anyway.
+        if len(original) // 3 * 4 < max_bytes and len(whole.encode()) <= max_bytes:
+            return whole
+        empty = cls(
+            reason,
+            partition,
+            offset,
+            b"",
+            original_size=len(original),
+            original_sha256=hashlib.sha256(original).hexdigest(),
+            truncated=True,
+        )
+        room = max_bytes - len(empty.encode())
+        if room < 0:
+            raise ValueError(f"a rejection cannot fit in {max_bytes} bytes")
+        return dataclasses.replace(empty, original=original[: room // 4 * 3])
 
     def encode(self) -> bytes:
-        return orjson.dumps(
-            {
-                "reason": self.reason,
-                "source": {"partition": self.partition, "offset": self.offset},
-                "original": base64.b64encode(self.original).decode(),
-            }
-        )
+        body: dict[str, Any] = {
+            "reason": self.reason,
+            "source": {"partition": self.partition, "offset": self.offset},
+            "original": base64.b64encode(self.original).decode(),
+        }
+        if self.truncated:
+            body["truncated"] = True
+            body["original_size"] = self.original_size
+            body["original_sha256"] = self.original_sha256
+        return orjson.dumps(body)
 
     @classmethod
     def decode(cls, raw: bytes) -> Rejection:
         obj = _loads(raw)
         source = _take(obj, "source", dict)
+        truncated = _take(obj, "truncated", bool, optional=True) or False
         return cls(
             reason=_take(obj, "reason", str),
             partition=_take(source, "partition", int),
             offset=_take(source, "offset", int),
             original=_b64(_take(obj, "original", str)),
+            original_size=_take(obj, "original_size", int, optional=not truncated),
+            original_sha256=_take(obj, "original_sha256", str, optional=not truncated),
+            truncated=truncated,
         )

@@ -4,12 +4,17 @@ Delivery contract used everywhere (DESIGN I5): consumers run with `enable.auto.o
 off and auto-commit on. Code stores an offset (`store_offsets`) only after the message's
 database write landed; the client commits stored offsets in the background. Offsets are thus
 never committed per message synchronously, and never ahead of the database.
+
+Every client logs through Python logging (logger `tickwheel.librdkafka`, JSON lines in our
+processes) rather than librdkafka writing `%4|…|` lines to stderr on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -34,11 +39,19 @@ QUEUE_FULL_WAIT_S = 0.1  # producer queue full: serve delivery reports this long
 
 T = TypeVar("T")
 
+# confluent-kafka maps librdkafka's syslog levels onto logging's (0-2 → CRITICAL, 3 → ERROR,
+# 4 → WARNING, 5-6 → INFO, 7 → DEBUG) and hands the lines over from poll()/flush(), on the
+# polling thread, so a client nobody polls queues its lines instead of printing them.
+LIBRDKAFKA_LOGGER = logging.getLogger("tickwheel.librdkafka")
+# A probe reports one reason of its own; librdkafka's lines would only repeat it.
+QUIET: dict[str, Any] = {"log_level": 0}
+
 
 def producer(bootstrap: str, **overrides: Any) -> Producer:
     """An idempotent producer: acks=all, no reordering or duplicates on retry."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
+        "logger": LIBRDKAFKA_LOGGER,
         "enable.idempotence": True,
         "acks": "all",
         "compression.type": "lz4",
@@ -56,6 +69,7 @@ def consumer(bootstrap: str, group_id: str, **overrides: Any) -> Consumer:
     """A group consumer whose offsets advance only through explicit `store_offsets`."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
+        "logger": LIBRDKAFKA_LOGGER,
         "group.id": group_id,
         "enable.auto.commit": True,
         "auto.commit.interval.ms": AUTO_COMMIT_INTERVAL_MS,
@@ -70,9 +84,9 @@ def consumer(bootstrap: str, group_id: str, **overrides: Any) -> Consumer:
 
 def admin_client(bootstrap: str, quiet: bool = False) -> AdminClient:
     """`quiet`: no librdkafka log lines (a health probe reports one reason of its own)."""
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": LIBRDKAFKA_LOGGER}
     if quiet:
-        config["log_level"] = 0
+        config.update(QUIET)
     return AdminClient(config)
 
 
@@ -113,10 +127,14 @@ def delete_topics(bootstrap: str, names: Iterable[str]) -> None:
 
 
 def round_trip(bootstrap: str, topic: str, timeout_s: float = 30.0) -> float:
-    """Produce one message to partition 0 of `topic` and consume it back; return seconds."""
+    """Produce one message to partition 0 of `topic` and consume it back; return seconds.
+
+    A health probe: its clients are quiet, a failure is the exception it raises (while the
+    broker boots, the idempotent producer would otherwise log each retry of its PID request).
+    """
     started = time.monotonic()
     token = uuid.uuid4().bytes
-    prod = producer(bootstrap, **{"linger.ms": 0})
+    prod = producer(bootstrap, **{"linger.ms": 0}, **QUIET)
     delivered: list[tuple[int, int]] = []
 
     def on_delivery(err: Any, msg: Any) -> None:
@@ -127,13 +145,7 @@ def round_trip(bootstrap: str, topic: str, timeout_s: float = 30.0) -> float:
     if prod.flush(timeout_s) != 0 or not delivered:
         raise TimeoutError(f"produce to {topic} was not acknowledged within {timeout_s}s")
     partition, offset = delivered[0]
-    cons = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"health-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-        }
-    )
+    cons = consumer(bootstrap, f"health-{uuid.uuid4()}", **{"enable.auto.commit": False}, **QUIET)
     try:
         cons.assign([TopicPartition(topic, partition, offset)])
         deadline = time.monotonic() + timeout_s
@@ -215,6 +227,11 @@ class BatchConsumer:
         """Seek each partition back to its first message in `messages`, to consume them again."""
         await self.call(self._rewind, messages)
 
+    async def store_positions(self, positions: dict[tuple[str, int], int]) -> None:
+        """Store explicit next-offsets per (topic, partition), e.g. from `ContiguousOffsets`."""
+        if positions:
+            await self.call(self._store_positions, positions)
+
     async def assignment(self) -> list[TopicPartition]:
         result: list[TopicPartition] = await self.call(self.consumer.assignment)
         return result
@@ -249,6 +266,14 @@ class BatchConsumer:
                 # committed offset, and every loop's database write is idempotent for that.
                 log.warning("could not store offsets (partition revoked?)", exc_info=True)
 
+    def _store_positions(self, positions: dict[tuple[str, int], int]) -> None:
+        for (topic, partition), offset in positions.items():
+            try:
+                self.consumer.store_offsets(offsets=[TopicPartition(topic, partition, offset)])
+            except KafkaException:
+                # Revoked meanwhile: its new owner redelivers from the last committed offset.
+                log.warning("could not store the offset of %s[%d]", topic, partition)
+
     def _rewind(self, messages: Sequence[Message]) -> None:
         for (topic, partition), offset in _edges(messages, min).items():
             try:
@@ -279,6 +304,114 @@ def _edges(
         offset = msg.offset() or 0
         edges[key] = pick(edges.get(key, offset), offset)
     return edges
+
+
+class ContiguousOffsets:
+    """Per partition, the next offset that may be committed when messages finish out of order.
+
+    A loop that works on many messages of a partition at once (a worker runs them
+    concurrently) may finish offset 7 before offset 5. The committed offset must never pass a
+    message whose work has not landed (I5), so per partition this keeps the offsets handed out
+    and not yet done; the committable position is the lowest of them, or one past the highest
+    handed out when none is outstanding.
+
+        gen = offsets.track(tp, offset)      # when the message is received
+        offsets.done(tp, offset, gen)        # when its database write (and DLQ publish) landed
+        positions = offsets.advanced()       # {tp: next offset} that moved since the last call
+
+    A partition's entry lives from its first tracked message (or `assign`) until `revoke`;
+    `track` returns the entry's generation, and a `done` with an older generation (the
+    partition was revoked, perhaps assigned back since) is ignored: the offsets it speaks of
+    belong to the partition's previous owner period. Thread-safe: a rebalance callback runs on
+    the consumer's I/O thread while the loop marks messages done on its own.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parts: dict[tuple[str, int], _PartitionOffsets] = {}
+        self._generation = 0
+
+    def assign(self, tp: tuple[str, int]) -> int:
+        with self._lock:
+            return self._entry(tp).generation
+
+    def track(self, tp: tuple[str, int], offset: int) -> int:
+        with self._lock:
+            part = self._entry(tp)
+            if offset not in part.pending:  # a redelivery of an offset still outstanding
+                part.pending.add(offset)
+                heapq.heappush(part.outstanding, offset)
+            part.next = max(part.next, offset + 1)
+            return part.generation
+
+    def done(self, tp: tuple[str, int], offset: int, generation: int) -> None:
+        with self._lock:
+            part = self._parts.get(tp)
+            if part is not None and part.generation == generation and offset in part.pending:
+                part.finished.add(offset)
+
+    def generation(self, tp: tuple[str, int]) -> int | None:
+        """The current generation of `tp`, or None when it is not assigned."""
+        with self._lock:
+            part = self._parts.get(tp)
+            return None if part is None else part.generation
+
+    def position(self, tp: tuple[str, int]) -> int | None:
+        """The next offset to commit for `tp` (None: nothing tracked yet)."""
+        with self._lock:
+            part = self._parts.get(tp)
+            return None if part is None else part.position()
+
+    def advanced(self) -> dict[tuple[str, int], int]:
+        """{tp: next offset} of the partitions whose position moved since the last call."""
+        moved: dict[tuple[str, int], int] = {}
+        with self._lock:
+            for tp, part in self._parts.items():
+                position = part.position()
+                if position is not None and position != part.reported:
+                    part.reported = position
+                    moved[tp] = position
+        return moved
+
+    def revoke(self, tp: tuple[str, int]) -> int | None:
+        """Forget `tp`; return its final committable position (None: nothing tracked)."""
+        with self._lock:
+            part = self._parts.pop(tp, None)
+            return None if part is None else part.position()
+
+    def outstanding(self) -> int:
+        """Messages handed out and not done, over all partitions."""
+        with self._lock:
+            return sum(len(p.outstanding) - len(p.finished) for p in self._parts.values())
+
+    def _entry(self, tp: tuple[str, int]) -> _PartitionOffsets:
+        part = self._parts.get(tp)
+        if part is None:
+            self._generation += 1
+            part = self._parts[tp] = _PartitionOffsets(self._generation)
+        return part
+
+
+class _PartitionOffsets:
+    __slots__ = ("finished", "generation", "next", "outstanding", "pending", "reported")
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self.outstanding: list[int] = []  # min-heap of offsets handed out, done ones included
+        self.pending: set[int] = set()  # the same offsets, for membership
+        self.finished: set[int] = set()  # done, still in the heap until they reach its top
+        self.next = -1  # one past the highest offset handed out; -1: none yet
+        self.reported: int | None = None
+
+    def position(self) -> int | None:
+        heap = self.outstanding
+        while heap and heap[0] in self.finished:
+            offset = heapq.heappop(heap)
+            self.finished.discard(offset)
+            self.pending.discard(offset)
+        if heap:
+            return heap[0]
+        return None if self.next < 0 else self.next
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+from tickwheel.domain import job_key
+
 
 def shard_of(tenant: str, job_id: str, shards: int) -> int:
     """Shard of `tenant/job_id` among `shards`: the same on every process, host and Python.
@@ -12,5 +14,5 @@ def shard_of(tenant: str, job_id: str, shards: int) -> int:
     """
     if shards < 1:
         raise ValueError(f"shards must be at least 1, not {shards}")
-    digest = hashlib.blake2b(f"{tenant}/{job_id}".encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(job_key(tenant, job_id).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % shards

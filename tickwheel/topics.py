@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tickwheel.config import PRIORITIES
+from tickwheel.domain import PRIORITIES
 
 
 @dataclass(frozen=True)

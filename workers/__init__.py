@@ -1,1 +1,1 @@
-"""Consumer-group workers: claim, execute, record, then commit (later issues)."""
+"""Consumer-group workers: claim, execute, record, then commit (see service.py)."""

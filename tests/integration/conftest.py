@@ -32,13 +32,13 @@ from kazoo.protocol.connection import _CONNECTION_DROP
 
 from tickwheel.clock import now_ms
 from tickwheel.config import Settings, load_settings
-from tickwheel.devstack import Addresses
 from tickwheel.envelopes import RunEnvelope
 from tickwheel.registry_api.document import Limits, parse_document, validate_job
 from tickwheel.registry_api.state import Op
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import Process
 from tickwheel.shards.service import Scheduler
+from tickwheel.stack import Addresses
 from tickwheel.topics import Topics
 
 TICKWHEEL = str(Path(sys.executable).parent / "tickwheel")

@@ -9,10 +9,11 @@ from typing import Any
 import asyncpg
 import pytest
 
+from tickwheel.clock import now_ms
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import Limits, parse_document, validate_job
 from tickwheel.registry_api.state import Op
-from tickwheel.registry_api.store import RegistryStore, now_ms
+from tickwheel.registry_api.store import RegistryStore
 from tickwheel.sharding import shard_of
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tickwheel.devstack import Addresses
 from tickwheel.kafka import delete_topics
+from tickwheel.stack import Addresses
 from tickwheel.topics import Topics
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from tickwheel import db as dbmod
-from tickwheel.devstack import Addresses
+from tickwheel.stack import Addresses
 
 pytestmark = pytest.mark.integration
 

@@ -9,11 +9,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from kazoo.client import KazooClient
 
-from tickwheel.devstack import Addresses, DevStack, _cmdline, _read_pid
-from tickwheel.kafka import producer
+from tickwheel.kafka import consumer, producer
+from tickwheel.stack import Addresses, DevStack
+from tickwheel.stack.procs import cmdline, read_pid
 from tickwheel.topics import Topics
 
 pytestmark = pytest.mark.integration
@@ -41,8 +42,8 @@ def test_jvms_are_apache_kafka_and_zookeeper_from_maven_jars(stack: Addresses) -
         given = [st for st in dev.status(round_trip=False) if not dev.manages(st.name)]
         assert given and all(st.detail == "given by the environment" for st in given), given
         return
-    kafka_cmd = _cmdline(_read_pid(dev.run / "kafka.pid") or -1)
-    zk_cmd = _cmdline(_read_pid(dev.run / "zookeeper.pid") or -1)
+    kafka_cmd = cmdline(read_pid(dev.run / "kafka.pid") or -1)
+    zk_cmd = cmdline(read_pid(dev.run / "zookeeper.pid") or -1)
     assert " kafka.Kafka " in kafka_cmd and "jars/kafka/*" in kafka_cmd
     assert "org.apache.zookeeper.server.ZooKeeperServerMain" in zk_cmd
     jars = {p.name for p in (dev.root / "jars" / "kafka").iterdir()}
@@ -64,14 +65,7 @@ def test_high_priority_run_topic_round_trip(stack: Addresses, topics: Topics) ->
         headers=[("run_key", b"acme/job-1@1")],
     )
     assert prod.flush(30) == 0
-    cons = Consumer(
-        {
-            "bootstrap.servers": stack.kafka,
-            "group.id": f"g-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
+    cons = consumer(stack.kafka, f"g-{uuid.uuid4()}", **{"enable.auto.commit": False})
     try:
         cons.assign([TopicPartition(topics.runs("high"), 1, 0)])
         got = None

@@ -252,7 +252,7 @@ CRONISH = st.text(alphabet="0123456789*/,-?LW#HR@ \tabcdefjmnorstuwy()", max_siz
 @settings(max_examples=400, deadline=None)
 @given(expr=st.one_of(CRONISH, st.text(max_size=30)))
 def test_any_text_parses_or_raises_schedule_error(expr: str) -> None:
-    """Arbitrary text never escapes as another exception type (croniter's errors are mapped)."""
+    """Arbitrary text never escapes as another exception type: every refusal is ScheduleError."""
     try:
         schedule = parse_cron(expr, key="acme/fuzz")
     except ScheduleError as exc:

@@ -51,7 +51,7 @@ def test_missing_mvn_is_one_line(tmp_path: Path) -> None:
 def test_given_services_need_no_local_tools(tmp_path: Path) -> None:
     """with all three services given by the environment, no java/mvn/Postgres is required"""
     from tickwheel.config import load_settings
-    from tickwheel.devstack import DevStack
+    from tickwheel.stack import DevStack
 
     s = load_settings(dsn="postgresql://u@h/db", kafka="h:9092", zk="h:2181", devstack_dir=tmp_path)
     stack = DevStack(s, echo=lambda _l: None)

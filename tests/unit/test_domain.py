@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import get_args
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tickwheel import clock
-from tickwheel.domain import PRIORITIES, RunKeyError, RunStatus, job_key, parse_run_key, run_key
+from tickwheel.domain import (
+    PRIORITIES,
+    JobStatus,
+    Priority,
+    RunKeyError,
+    RunStatus,
+    job_key,
+    literal_of,
+    parse_run_key,
+    run_key,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -47,3 +58,16 @@ def test_naive_datetime_is_refused_and_formats() -> None:
         clock.datetime_to_ms(dt.datetime(2026, 1, 1))
     assert clock.format_ms(1_764_579_600_250) == "2025-12-01T09:00:00.250Z"
     assert clock.format_seconds(1_764_579_600_999) == "2025-12-01T09:00:00Z"
+
+
+def test_millisecond_conversions_are_exact_far_from_the_epoch() -> None:
+    """ms ↔ datetime conversions lose nothing at the ends of the supported range"""
+    for ms in (0, 1, -1, 1_800_000_000_123, 253_402_300_799_999, -2_208_988_800_000):
+        assert clock.datetime_to_ms(clock.ms_to_datetime(ms)) == ms
+    assert clock.format_ms(-2_208_988_800_000) == "1900-01-01T00:00:00.000Z"
+
+
+def test_literal_of_keeps_the_enum_order() -> None:
+    """a literal built from an enum lists its values in declaration order, subsets too"""
+    assert get_args(literal_of(Priority)) == PRIORITIES
+    assert get_args(literal_of((JobStatus.ACTIVE, JobStatus.PAUSED))) == ("active", "paused")

@@ -1,8 +1,9 @@
 """Schedule semantics (DESIGN §6): when a job runs, as pure functions of plain values.
 
 Cron expressions in IANA zones with DST policies and `H` fields (`cron`), one-off instants
-(`instants`), the cached evaluator shard leaders use on their hot path (`cache`), and the
-misfire and overlap decisions (`misfire`, `overlap`). Instants crossing this boundary are UTC
+(`instants`), the cached evaluator shard leaders use on their hot path (`cache`), a job's
+next fire time asked of such a cache (`next_fire`), and the misfire and overlap decisions
+(`misfire`, `overlap`). Instants crossing this boundary are UTC
 integer milliseconds.
 """
 
@@ -36,6 +37,14 @@ from tickwheel.schedule.misfire import (
     plan_misfire,
     validate_misfire,
 )
+from tickwheel.schedule.next_fire import (
+    SHARED,
+    LockedScheduleCache,
+    Schedules,
+    Timing,
+    first_run_at,
+    next_fire_after,
+)
 from tickwheel.schedule.overlap import (
     REASON_OVERLAP,
     OverlapDecision,
@@ -54,20 +63,26 @@ __all__ = [
     "REASON_MAX_CATCHUP",
     "REASON_MISFIRE",
     "REASON_OVERLAP",
+    "SHARED",
     "CacheStats",
     "CronSchedule",
     "DstGap",
     "DstOverlap",
+    "LockedScheduleCache",
     "MisfirePlan",
     "MisfirePolicy",
     "OverlapDecision",
     "OverlapPolicy",
     "ScheduleCache",
     "ScheduleError",
+    "Schedules",
     "SkippedSpan",
+    "Timing",
     "decide_overlap",
+    "first_run_at",
     "format_utc",
     "load_zone",
+    "next_fire_after",
     "parse_at",
     "parse_cron",
     "parse_dst_gap",

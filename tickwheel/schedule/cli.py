@@ -1,21 +1,25 @@
 """`tickwheel cron …`: evaluate a schedule from the shell (DESIGN §7).
 
 Bad input exits with code 2 and one line on stderr, naming the option and the allowed form —
-for click's own usage errors too, which would otherwise print the usage block first.
+for click's own usage errors too, which would otherwise print the usage block first. When the
+schedule has fewer fires left than --count asks for (the supported range ends at
+9000-01-01T00:00:00Z, or nothing fires within 50 years), the ones found are printed and one line
+on stderr says why, with exit code 3: a script that asked for N lines never gets fewer silently.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
 
+from tickwheel.clock import format_seconds, now_ms
 from tickwheel.schedule.cron import DstGap, DstOverlap, parse_cron
 from tickwheel.schedule.errors import ScheduleError
-from tickwheel.schedule.instants import format_utc, parse_instant
+from tickwheel.schedule.instants import parse_instant
 
 EXIT_BAD_INPUT = 2  # exit code for bad input, as click uses for usage errors
+EXIT_FEWER = 3  # exit code when fewer fire times than --count exist
 MAX_COUNT = 100_000  # instants one call may print (it computes them all before printing)
 _OPTION_OF_FIELD = {"schedule": "EXPR", "timezone": "--tz", "key": "--key", "after": "--after"}
 
@@ -91,9 +95,17 @@ def next_command(
     """
     try:
         schedule = parse_cron(expr, tz=tz, key=key, dst_gap=dst_gap, dst_overlap=dst_overlap)
-        after_ms = time.time_ns() // 1_000_000 if after is None else parse_instant(after, "after")
+        after_ms = now_ms() if after is None else parse_instant(after, "after")
     except ScheduleError as exc:
         _fail(ctx, exc)
         return
-    for instant in schedule.next_n(after_ms, count):
-        click.echo(format_utc(instant))
+    instants = schedule.next_n(after_ms, count)
+    for instant in instants:
+        click.echo(format_seconds(instant))
+    if len(instants) < count:
+        last = instants[-1] if instants else after_ms
+        click.echo(
+            f"Error: {len(instants)} of {count} fire times printed: {schedule.why_none(last)}.",
+            err=True,
+        )
+        ctx.exit(EXIT_FEWER)

@@ -5,6 +5,16 @@ An expression has 5 fields (minute hour day-of-month month day-of-week) or 6 wit
 `@weekly` `@daily` `@midnight` `@hourly` (their Vixie meaning, not hashed). It is read in local
 wall time of its zone and yields UTC instants (integer milliseconds).
 
+Fields read as crontab(5) and Vixie cron / cronie read them (`fields.py` has the full grammar):
+a range of one value is that value (`MON-MON` is Mondays, `2-2` is 02:00), and the two day
+fields follow **the day-field rule**, decided from each field's own text: if either day field
+begins with `*` (or is `?`), a day must match both; otherwise, when both are restricted, a day
+matching either fires. So `0 9 */2 * 1-5` fires at 09:00 on odd-numbered days that are weekdays
+(`*/2` begins with `*`: AND), and `0 0 1,*/15 * 0-6` fires every day (neither begins with `*`:
+OR, and `0-6` is every day). The `#`, `L` and `W` forms are items of their field under the same
+rule: `0 0 1 * MON#1` fires on the 1st and on first Mondays, `0 0 1 * 5L` on the 1st and on last
+Fridays.
+
 Wall times and instants are not one-to-one around DST changes, so every matching wall time is
 mapped to instants by these rules:
 
@@ -21,40 +31,47 @@ mapped to instants by these rules:
 
 Evaluation walks the zone's offset segments (`zones.py`): within a segment wall time and instant
 differ by a constant, so the next fire in a segment is the next matching wall time in the part of
-the segment's wall-time range the policies allow, found by `wallclock.py` without DST.
+the segment's wall-time range the policies allow, found by `wallclock.py` without DST. When the
+next matching wall time is years ahead (`0 0 * 2 MON#5`), the segments in between cannot fire,
+so the walk jumps to the one just before it instead of visiting each. The supported range ends
+on a UTC instant, 9000-01-01T00:00:00Z: wall times run into local year 9000, and only instants
+are cut.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from itertools import islice
 
-from croniter import croniter
-
 from tickwheel.schedule.errors import ScheduleError, parse_choice
+from tickwheel.schedule.fields import FIELDS_5, FIELDS_6, FieldError, parse_fields
 from tickwheel.schedule.hashing import (
     RANDOM_TOKEN,
     expand_hash_token,
     is_hash_token,
 )
-from tickwheel.schedule.wallclock import WallClockMatcher, build_matcher
+from tickwheel.schedule.instants import format_utc
+from tickwheel.schedule.wallclock import HORIZON_YEARS, FieldMatcher, WallClockMatcher
 from tickwheel.schedule.zones import (
     MAX_INSTANT_S,
+    MAX_YEAR,
     MIN_INSTANT_S,
     ZoneTimeline,
     timeline,
     year_start_s,
 )
 
-MAX_EXPRESSION_CHARS = 256  # characters; longer input is rejected before croniter sees it
+MAX_EXPRESSION_CHARS = 256  # characters; longer input is rejected before it is read
 MIN_AFTER_MS = MIN_INSTANT_S * 1000  # milliseconds, 1900-01-01T00:00:00Z
 MAX_AFTER_MS = MAX_INSTANT_S * 1000  # milliseconds, 9000-01-01T00:00:00Z (exclusive)
 # Wall time a new expression must match after (within the horizon) to count as satisfiable.
 _SATISFIABLE_FROM_WALL_S = year_start_s(2000)  # seconds
+# Seconds kept between a skipped stretch of time and both the search start and the next
+# match's wall time: more than any UTC offset (tzdata's extremes are under 16 hours).
+_JUMP_MARGIN_S = 2 * 86_400
 _MATCHER_CACHE_ENTRIES = 4096  # compiled expressions shared across zones, keys and policies
 
 ALIASES: dict[str, str] = {
@@ -86,30 +103,6 @@ class DstOverlap(StrEnum):
     BOTH = "both"
 
 
-@dataclass(frozen=True, slots=True)
-class FieldSpec:
-    """One cron field: its name in messages, its bounds, and the range `H` draws from."""
-
-    name: str
-    low: int
-    high: int
-    hash_low: int
-    hash_high: int
-    allowed: str
-
-
-_STEPS = "lists a,b, ranges a-b, steps */n or a-b/n, or H forms"
-SECOND = FieldSpec("second", 0, 59, 0, 59, f"0-59, *, {_STEPS}")
-MINUTE = FieldSpec("minute", 0, 59, 0, 59, f"0-59, *, {_STEPS}")
-HOUR = FieldSpec("hour", 0, 23, 0, 23, f"0-23, *, {_STEPS}")
-# H in day-of-month stays within 1-28 so that the job fires in every month (as in Jenkins).
-DAY_OF_MONTH = FieldSpec("day-of-month", 1, 31, 1, 28, f"1-31, L, ?, *, {_STEPS}")
-MONTH = FieldSpec("month", 1, 12, 1, 12, f"1-12 or JAN-DEC, *, {_STEPS}")
-# 0 and 7 are both Sunday; H draws from 0-6 so that every weekday is equally likely.
-DAY_OF_WEEK = FieldSpec("day-of-week", 0, 7, 0, 6, f"0-7 or SUN-SAT, ?, *, {_STEPS}")
-
-FIELDS_5 = (MINUTE, HOUR, DAY_OF_MONTH, MONTH, DAY_OF_WEEK)
-FIELDS_6 = (SECOND, MINUTE, HOUR, DAY_OF_MONTH, MONTH, DAY_OF_WEEK)
 _FORM = (
     "5 fields (minute hour day-of-month month day-of-week), 6 with seconds first, "
     "or an alias such as @daily"
@@ -203,13 +196,9 @@ def is_interval_hour(hour_field: str) -> bool:
     return _INTERVAL_HOUR.match(hour_field) is not None
 
 
-# croniter reports bad input through several exception types.
-_CRONITER_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError)
-
-
 @lru_cache(maxsize=_MATCHER_CACHE_ENTRIES)
-def _compile(resolved: str) -> WallClockMatcher:
-    return build_matcher(croniter(resolved, start_time=0.0, second_at_beginning=True))
+def _compile(resolved: tuple[str, ...]) -> WallClockMatcher:
+    return FieldMatcher(parse_fields(list(resolved)))
 
 
 def clear_compiled() -> None:
@@ -219,26 +208,15 @@ def clear_compiled() -> None:
 
 def _compile_or_explain(expr: str, fields: list[str], resolved: list[str]) -> WallClockMatcher:
     try:
-        return _compile(" ".join(resolved))
-    except _CRONITER_ERRORS as exc:
-        cause = exc
-    # Name the first field that is wrong on its own; only if none is, the combination is.
-    specs = FIELDS_6 if len(fields) == 6 else FIELDS_5
-    for index, spec in enumerate(specs):
-        probe = ["*"] * len(resolved)
-        probe[index] = resolved[index]
-        try:
-            croniter(" ".join(probe), start_time=0.0, second_at_beginning=True)
-        except _CRONITER_ERRORS:
-            raise ScheduleError(
-                "schedule",
-                f"schedule {expr!r}: the {spec.name} field {fields[index]!r} is not valid; "
-                f"allowed: {spec.allowed}.",
-            ) from None
-    detail = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
-    raise ScheduleError(
-        "schedule", f"schedule {expr!r} is not a valid cron expression ({detail})."
-    ) from None
+        return _compile(tuple(resolved))
+    except FieldError as exc:
+        specs = FIELDS_6 if len(fields) == 6 else FIELDS_5
+        spec, written = specs[exc.index], fields[exc.index]
+        if exc.reason is None:
+            message = f"the {spec.name} field {written!r} is not valid; allowed: {spec.allowed}."
+        else:
+            message = f"the {spec.name} field {written!r} is not supported: {exc.reason}."
+        raise ScheduleError("schedule", f"schedule {expr!r}: {message}") from None
 
 
 def parse_cron(
@@ -344,8 +322,8 @@ class CronSchedule:
     def next_after(self, after_ms: int) -> int | None:
         """The first fire instant strictly after `after_ms` (UTC ms), or None if none is left.
 
-        None means no fire within 50 years of local time after `after_ms` (or before the year
-        9000); `after_ms` itself must lie in 1900..8999.
+        None means no fire within 50 years of local time after `after_ms`, or none before
+        9000-01-01T00:00:00Z (`why_none` says which); `after_ms` itself must lie in 1900..8999.
         """
         if not MIN_AFTER_MS <= after_ms < MAX_AFTER_MS:
             raise ValueError(f"after_ms {after_ms} is outside 1900-01-01..9000-01-01 UTC")
@@ -357,14 +335,21 @@ class CronSchedule:
         matcher = self._matcher
         segment = self._timeline.segment_at(t)
         # The last search's (from, result): a later search from inside that span has the same
-        # answer, which saves a walk when a sparse schedule crosses several segments.
+        # answer. A sparse schedule crosses many segments, each with a gap check and a search,
+        # before it fires; reusing the answer makes that one search instead of two per segment.
         known_from, known = 0, -1
         while True:
             offset = segment.offset_s
             start, end = segment.start_s, segment.end_s
             if shift_gaps and start > t and segment.gap_before:
                 # Wall times in [start + before, start + offset) were skipped by the clock.
-                gap_match = matcher.next_at_or_after(start + segment.before_s)
+                gap_from = start + segment.before_s
+                if known_from <= gap_from <= known:
+                    gap_match: int | None = known
+                else:
+                    gap_match = matcher.next_at_or_after(gap_from)
+                    if gap_match is not None:
+                        known_from, known = gap_from, gap_match
                 if gap_match is not None and gap_match < start + offset:
                     return start * 1000
             # Wall times of this segment that may fire, as [low, high).
@@ -382,10 +367,30 @@ class CronSchedule:
                     known_from, known = low, match
                     found = match
                 if found < high:
-                    return (found - offset) * 1000
+                    # The range limit is on instants: in a zone east of UTC the last supported
+                    # instants read as the first wall times of the year 9000.
+                    instant = found - offset
+                    return instant * 1000 if instant < MAX_INSTANT_S else None
             if end >= MAX_INSTANT_S:
                 return None
-            segment = self._timeline.segment_at(end)
+            # The next match is at wall time `known`, maybe years away (a sparse schedule), and
+            # no wall time in [known_from, known) matches. A segment starting more than the
+            # margin after t and ending more than it before that match shows only such wall
+            # times (offsets are smaller than the margin), so it can neither fire nor shift a
+            # gap, nor repeat a wall time below known_from: jump over all of them instead of
+            # finding each one (a year of zone data each).
+            jump_to = known - _JUMP_MARGIN_S
+            if end > t + _JUMP_MARGIN_S and jump_to > end:
+                segment = self._timeline.segment_at(jump_to)
+            else:
+                segment = self._timeline.segment_at(end)
+
+    def why_none(self, after_ms: int) -> str:
+        """Why `next_after(after_ms)` found nothing, as a clause for a message."""
+        year = int(format_utc(after_ms)[:4])
+        if year + HORIZON_YEARS >= MAX_YEAR:
+            return f"the supported range ends at {format_utc(MAX_AFTER_MS)}"
+        return f"the schedule does not fire within {HORIZON_YEARS} years of {format_utc(after_ms)}"
 
     def iter_after(self, after_ms: int) -> Iterator[int]:
         """Fire instants strictly after `after_ms` (UTC ms), in increasing order."""

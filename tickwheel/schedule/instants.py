@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
+from tickwheel.clock import datetime_to_ms
+from tickwheel.clock import format_seconds as format_utc
 from tickwheel.schedule.errors import ScheduleError
 from tickwheel.schedule.zones import MAX_YEAR, MIN_YEAR
 
-UTC_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-ONE_MS = timedelta(milliseconds=1)
-DISPLAY_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # the CLI's output form, DESIGN §7
+# `format_utc` (the CLI's output form, DESIGN §7) is tickwheel.clock.format_seconds, kept under
+# the schedule's name for its callers.
+__all__ = ["format_utc", "parse_at", "parse_instant"]
 
 
 def parse_instant(text: object, field: str = "at") -> int:
@@ -40,14 +42,9 @@ def parse_instant(text: object, field: str = "at") -> int:
         raise ScheduleError(
             field, f"{field} {text!r} must lie between the years {MIN_YEAR} and {MAX_YEAR} (UTC)."
         )
-    return (utc - UTC_EPOCH) // ONE_MS
+    return datetime_to_ms(utc)
 
 
 def parse_at(text: str) -> int:
     """UTC milliseconds of a one-off job's `at`; raises ScheduleError("at") on bad input."""
     return parse_instant(text, "at")
-
-
-def format_utc(instant_ms: int) -> str:
-    """`YYYY-MM-DDTHH:MM:SSZ` for UTC milliseconds (any sub-second part is dropped)."""
-    return (UTC_EPOCH + timedelta(milliseconds=instant_ms)).strftime(DISPLAY_FORMAT)

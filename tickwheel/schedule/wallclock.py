@@ -5,29 +5,27 @@ clock: the local date and time read as if they were UTC. Whether such a time exi
 or exists twice, is decided in `cron.py`; this module only answers "which is the first wall time
 at or after w that the fields match".
 
-croniter parses and expands the expression (names, ranges, steps, `L`, `?`, the Vixie OR of the
-two day fields); `FieldMatcher` then walks the expanded value sets with bisection, roughly ten
-times faster than croniter's own search because it builds no `relativedelta` per step. The
-forms croniter supports beyond DESIGN §6 — `#` (nth weekday), `W` (nearest weekday) and `L` in
-the day-of-week field — keep croniter's search (`CroniterMatcher`), fed naive datetimes so its
-own DST handling never runs. The test suite checks the two against each other.
+`fields.py` reads the expression into value sets and a day rule; `FieldMatcher` walks them with
+bisection, field by field, and asks the day rule once per (year, month) for the month's firing
+days (kept in a small cache), so `L`, `W`, `#` and the day-field rule cost nothing per step.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from calendar import monthrange
 from datetime import date, datetime, timedelta
 from typing import Protocol
 
-from croniter import CroniterBadDateError, croniter
-
+from tickwheel.schedule.fields import CronFields
 from tickwheel.schedule.zones import EPOCH_ORDINAL, MAX_YEAR, SECONDS_PER_DAY
 
 HORIZON_YEARS = 50  # years searched past the start before a field set counts as never matching
+# Local years a wall time may fall in: a zone east of UTC reaches the next year's first day
+# before the last supported UTC instant (9000-01-01T00:00:00Z, exclusive). cron.py keeps only
+# instants inside the supported range.
+MAX_WALL_YEAR = MAX_YEAR + 1
 NAIVE_EPOCH = datetime(1970, 1, 1)  # wall time 0
 _DAY_CACHE_ENTRIES = 256  # (year, month) day sets kept per matcher
-_SECONDS_INDEX = 5  # croniter keeps a seconds field last, after the five Vixie fields
 
 
 class WallClockMatcher(Protocol):
@@ -49,60 +47,17 @@ def from_wall_s(wall_s: int) -> datetime:
     return NAIVE_EPOCH + timedelta(seconds=wall_s)
 
 
-def build_matcher(parsed: croniter) -> WallClockMatcher:
-    """The fastest matcher that reproduces croniter's reading of `parsed`."""
-    if parsed.nth_weekday_of_month or parsed.nearest_weekday:
-        return CroniterMatcher(parsed)
-    try:
-        return FieldMatcher(parsed.expanded)
-    except _UnexpectedField:
-        return CroniterMatcher(parsed)
-
-
-class _UnexpectedField(Exception):
-    """croniter expanded a field into something FieldMatcher does not model."""
-
-
-def _values(field: list[str] | list[int | str], low: int, high: int) -> tuple[int, ...]:
-    if field == ["*"]:
-        return tuple(range(low, high + 1))
-    if not all(isinstance(v, int) for v in field):
-        raise _UnexpectedField(field)
-    return tuple(sorted({int(v) for v in field}))
-
-
 class FieldMatcher:
     """A cron expression as sorted value sets, searched field by field (an odometer)."""
 
-    __slots__ = (
-        "_days",
-        "_dom",
-        "_dom_any",
-        "_dom_last",
-        "_dow",
-        "_dow_any",
-        "_hours",
-        "_minutes",
-        "_months",
-        "_seconds",
-    )
+    __slots__ = ("_day_rule", "_days", "_hours", "_minutes", "_months", "_seconds")
 
-    def __init__(self, expanded: list[list[str]] | list[list[int | str]]) -> None:
-        # croniter's order: minute, hour, day-of-month, month, day-of-week[, second].
-        minute, hour, dom, month, dow = expanded[:_SECONDS_INDEX]
-        self._seconds = (
-            _values(expanded[_SECONDS_INDEX], 0, 59) if len(expanded) > _SECONDS_INDEX else (0,)
-        )
-        self._minutes = _values(minute, 0, 59)
-        self._hours = _values(hour, 0, 23)
-        self._months = _values(month, 1, 12)
-        self._dom_any = dom == ["*"]
-        self._dom_last = "l" in dom
-        self._dom = frozenset(
-            _values([v for v in dom if v != "l"], 1, 31) if not self._dom_any else ()
-        )
-        self._dow_any = dow == ["*"]
-        self._dow = frozenset(_values(dow, 0, 6) if not self._dow_any else ())
+    def __init__(self, fields: CronFields) -> None:
+        self._seconds = fields.seconds
+        self._minutes = fields.minutes
+        self._hours = fields.hours
+        self._months = fields.months
+        self._day_rule = fields.days
         self._days: dict[int, tuple[int, ...]] = {}
 
     def next_at_or_after(self, wall_s: int) -> int | None:
@@ -112,7 +67,7 @@ class FieldMatcher:
         year, month, day = start.year, start.month, start.day
         hour, rest = divmod(second_of_day, 3600)
         minute, second = divmod(rest, 60)
-        last_year = min(year + HORIZON_YEARS, MAX_YEAR)
+        last_year = min(year + HORIZON_YEARS, MAX_WALL_YEAR)
         months, hours, minutes, seconds = self._months, self._hours, self._minutes, self._seconds
         # Each step either accepts the current value of a field or moves it to the next allowed
         # value, resetting every smaller field to its lowest; overflowing a field carries into
@@ -160,48 +115,8 @@ class FieldMatcher:
         days = self._days.get(cache_key)
         if days is not None:
             return days
-        length = monthrange(year, month)[1]
-        if self._dom_any and self._dow_any:
-            days = tuple(range(1, length + 1))
-        else:
-            # cron numbers weekdays from Sunday = 0; date.weekday() from Monday = 0.
-            first_weekday = (date(year, month, 1).weekday() + 1) % 7
-            found = []
-            for d in range(1, length + 1):
-                dom_ok = d in self._dom or (self._dom_last and d == length)
-                dow_ok = (first_weekday + d - 1) % 7 in self._dow
-                if self._dom_any:
-                    ok = dow_ok
-                elif self._dow_any:
-                    ok = dom_ok
-                else:
-                    ok = dom_ok or dow_ok  # Vixie: both day fields restricted, either may match
-                if ok:
-                    found.append(d)
-            days = tuple(found)
+        days = self._day_rule.days_of(year, month)
         if len(self._days) >= _DAY_CACHE_ENTRIES:
             self._days.clear()
         self._days[cache_key] = days
         return days
-
-
-class CroniterMatcher:
-    """croniter's own search, on naive wall time (so none of its DST handling applies)."""
-
-    __slots__ = ("_parsed",)
-
-    def __init__(self, parsed: croniter) -> None:
-        self._parsed = parsed
-
-    def next_at_or_after(self, wall_s: int) -> int | None:
-        """The first matching wall time >= `wall_s`, or None within croniter's 50 years."""
-        # croniter searches strictly after its start and drops the start's seconds (5 fields)
-        # or sub-seconds (6 fields), so starting one second early finds a match at wall_s too.
-        start = from_wall_s(wall_s - 1)
-        try:
-            found = self._parsed.get_next(datetime, start_time=start)
-        except CroniterBadDateError:
-            return None
-        if found.year > MAX_YEAR:
-            return None
-        return to_wall_s(found)

@@ -13,8 +13,9 @@ ORDER BY j.tenant, j.job_id
 FOR UPDATE OF j
 
 -- jobs_stage_create --
--- The per-connection staging table a batch's changed jobs are copied into (binary COPY,
--- columns in store.STAGE_COLUMNS order) before `jobs_write_batch` moves them into `jobs`.
+-- The per-connection staging table a batch's changed jobs are copied into (binary COPY of
+-- store._row_tuple's rows, in this column order: the one list of these columns) before
+-- `jobs_write_batch` moves them into `jobs`.
 -- COPY costs Postgres and us far less than parsing one big JSON text into records did; a temp
 -- table is private to the connection, so concurrent batches never see each other's rows, and
 -- ON COMMIT DELETE ROWS empties it at the end of every batch (a rollback does too).

@@ -1,5 +1,6 @@
--- Named queries: a line `-- name --` starts a block, loaded by tickwheel/queries.py.
--- Always bind parameters ($1, $2, …); never format values into these texts.
+-- The core's queries (tickwheel/db.py): schema migrations and job_runs partition upkeep.
+-- Every .sql file here holds named blocks: a line `-- name --` starts one, loaded by
+-- tickwheel/queries.py. Always bind parameters ($1, $2, …); never format values into these texts.
 
 -- migrations_table --
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -23,9 +24,3 @@ SELECT job_runs_ensure_partitions($1::date, $2::integer)
 
 -- partitions_drop_before --
 SELECT job_runs_drop_partitions_before($1::date) AS dropped
-
--- partitions_list --
-SELECT c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS bound
-FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent = 'job_runs'::regclass
-ORDER BY c.relname

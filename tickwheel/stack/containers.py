@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 
 from tickwheel.config import Settings
-from tickwheel.devstack import Addresses
 from tickwheel.kafka import create_topics
+from tickwheel.stack.addresses import Addresses
 from tickwheel.topics import Topics
 
 POSTGRES_IMAGE = "postgres:16-alpine"
@@ -51,9 +51,8 @@ def run_forever(settings: Settings, echo: Callable[[str], None]) -> None:
             settings.topic_partitions,
             settings.topic_replication,
         )
-        echo(f"export TICKWHEEL_DSN={addresses.dsn}")
-        echo(f"export TICKWHEEL_KAFKA={addresses.kafka}")
-        echo(f"export TICKWHEEL_ZK={addresses.zk}")
+        for line in addresses.env_lines():
+            echo(line)
         echo("# containers run until Ctrl-C")
         try:
             while True:

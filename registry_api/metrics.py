@@ -1,0 +1,129 @@
+"""What the HTTP API reports about itself: Prometheus collectors and the request log.
+
+`Observe` wraps the app: it counts and times each request by route template, logs one JSON
+line per request, and bounds request bodies.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tickwheel.registry_api.errors import too_large
+from tickwheel.registry_api.state import CHANGING, Outcome
+
+# The request log's logger keeps the name docs/API.md gives it.
+log = logging.getLogger("tickwheel.registry_api.http")
+
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    """This app's Prometheus collectors, in a registry of its own (one per app, not global)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "tickwheel_http_requests",
+            "HTTP requests by route template and status",
+            ("method", "route", "status"),
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "tickwheel_http_request_duration_seconds",
+            "HTTP request latency, seconds",
+            ("method", "route", "status"),
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.job_changes = Counter(
+            "tickwheel_registry_job_changes",
+            "Jobs changed over HTTP, by outcome (created, updated, deleted, paused, resumed)",
+            ("outcome",),
+            registry=self.registry,
+        )
+        for outcome in CHANGING:
+            self.job_changes.labels(outcome)  # exported as 0 before the first change
+
+    def changed(self, outcome: Outcome) -> None:
+        if outcome.changed:
+            self.job_changes.labels(outcome.value).inc()
+
+
+class Observe:
+    """ASGI middleware: count and time each request by route template; log one JSON line.
+
+    It also bounds request bodies: a declared Content-Length over `max_body_bytes` is refused
+    before the app runs, and a chunked body is cut off as soon as it grows past it.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, max_body_bytes: int) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what the server error middleware answers if the app raises
+
+        async def observed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        received = 0
+
+        async def bounded_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise StarletteHTTPException(413)
+            return message
+
+        try:
+            if self._declared_length(scope) > self.max_body_bytes:
+                await too_large()(scope, receive, observed_send)
+            else:
+                await self.app(scope, bounded_receive, observed_send)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = scope.get("route")
+            # The template, never the raw path: label values must stay few.
+            template = getattr(route, "path", None) or "unmatched"
+            # Only known methods: an arbitrary token as a label would grow /metrics unboundedly.
+            method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"
+            self.metrics.requests.labels(method, template, str(status)).inc()
+            self.metrics.latency.labels(method, template, str(status)).observe(elapsed)
+            if log.isEnabledFor(logging.INFO):
+                log.info(
+                    "request",
+                    extra={
+                        "http_method": method,
+                        "route": template,
+                        "path": scope["path"],
+                        "status": status,
+                        "duration_ms": round(elapsed * 1000, 3),
+                        "tenant": scope.get("state", {}).get("tenant"),
+                    },
+                )
+
+    @staticmethod
+    def _declared_length(scope: Scope) -> int:
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    return int(value)
+                except ValueError:
+                    return 0  # the server rejects a malformed length before we see it
+        return 0

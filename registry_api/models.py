@@ -1,0 +1,107 @@
+"""The HTTP API's response models: what the OpenAPI schema promises (the request body is
+`document.JobDocument`). Handlers render bodies themselves (render.py); these only describe."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, Field
+
+from tickwheel.domain import JobKind, JobStatus, RunStatus, literal_of
+from tickwheel.registry_api.document import VERSION_MAX, JobDocument
+
+# The statuses a job can be seen in (a deleted job is not found), a run's, a job's kinds.
+if TYPE_CHECKING:
+    VisibleStatus: TypeAlias = str
+    RunStatusValue: TypeAlias = str
+    KindValue: TypeAlias = str
+else:
+    VisibleStatus = literal_of((JobStatus.ACTIVE, JobStatus.PAUSED, JobStatus.COMPLETED))
+    RunStatusValue = literal_of(RunStatus)
+    KindValue = literal_of(JobKind)
+
+
+class Job(JobDocument):
+    """A stored job: the document with every default filled in, plus the registry's fields."""
+
+    next_run_at: str | None = Field(
+        ..., description="next scheduled instant, ISO-8601 UTC; null when nothing is due"
+    )
+    status: VisibleStatus
+    version: int = Field(
+        ...,
+        ge=1,
+        description=(
+            "starts at 1 and is bumped by every change; an explicit version (Kafka "
+            f"registrations) is an integer from 1 to {VERSION_MAX} (2^53 - 1)"
+        ),
+    )
+    created_at: str = Field(..., description="ISO-8601 UTC")
+    updated_at: str = Field(..., description="ISO-8601 UTC")
+
+
+class JobPage(BaseModel):
+    items: list[Job]
+    next: str | None = Field(..., description="cursor of the next page; null on the last page")
+
+
+class Run(BaseModel):
+    run_key: str = Field(..., description="<tenant>/<job id>@<unix ms>")
+    scheduled_at: str = Field(..., description="ISO-8601 UTC")
+    status: RunStatusValue
+    attempt: int
+    started_at: str | None
+    finished_at: str | None
+    last_error: str | None = Field(..., description="the last error, or why the run was skipped")
+
+
+class RunPage(BaseModel):
+    items: list[Run]
+    next: str | None = Field(..., description="cursor of the next page; null on the last page")
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(..., description="machine-readable slug, e.g. not_found")
+    detail: str = Field(..., description="one sentence for people")
+
+
+class FieldError(BaseModel):
+    field: str = Field(..., description="dotted path in the job document, or a parameter name")
+    message: str
+
+
+class ValidationErrorBody(BaseModel):
+    error: Literal["invalid_job", "invalid_request"]
+    detail: list[FieldError]
+
+
+class PartHealth(BaseModel):
+    alive: bool
+    error: str | None = Field(None, description="why the part died")
+    updated_at: str = Field(..., description="ISO-8601 UTC of the part's last report")
+    detail: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the part's own state; the intake: consuming, last_batch_at, partitions, "
+        "failing, last_error",
+    )
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    detail: str | None = None
+    parts: dict[str, PartHealth] = Field(
+        default_factory=dict, description="each long-running part of the process"
+    )
+
+
+def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI `responses` of an endpoint that may answer these error codes."""
+    described: dict[int, dict[str, Any]] = {
+        401: {"model": ErrorBody, "description": "missing, malformed or unknown API key"},
+        404: {"model": ErrorBody, "description": "no such job for this tenant"},
+        409: {"model": ErrorBody, "description": "the job's state does not allow this"},
+        413: {"model": ErrorBody, "description": "request body too large"},
+        422: {"model": ValidationErrorBody, "description": "invalid input, field by field"},
+        503: {"model": ErrorBody, "description": "the database is unavailable"},
+    }
+    return {code: described[code] for code in codes}

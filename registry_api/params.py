@@ -1,0 +1,73 @@
+"""What a request hands an endpoint: the app's registry context, the tenant of its bearer key,
+and the path and query parameters the job endpoints share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Path, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from tickwheel.registry_api.auth import KeyCache, authenticate
+from tickwheel.registry_api.document import JOB_ID_PATTERN, Limits
+from tickwheel.registry_api.metrics import Metrics
+from tickwheel.registry_api.store import PAGE_LIMIT_MAX, RegistryStore
+from tickwheel.runtime import PartState
+
+PAGE_LIMIT_DEFAULT = 100
+
+
+@dataclass(frozen=True)
+class Registry:
+    """What every endpoint of one app works with (`app.state.registry`)."""
+
+    store: RegistryStore
+    limits: Limits
+    clock: Callable[[], int]  # now, UTC milliseconds
+    metrics: Metrics
+    keys: KeyCache
+    # The process's health records of its long-running parts, which /healthz reports.
+    parts: Mapping[str, PartState] = field(default_factory=dict)
+
+
+def registry_of(request: Request) -> Registry:
+    registry: Registry = request.app.state.registry
+    return registry
+
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="ApiKey",
+    description="The tenant's API key (`tickwheel tenant add NAME`) as `Bearer <key>`.",
+)
+
+
+async def authenticate_request(request: Request) -> None:
+    """Refuse (AuthProblem → 401) a request without a valid bearer key. Routes with a body run
+    this before the body is read (body.authenticated_first)."""
+    await authenticate(request.headers.get("authorization"), registry_of(request).keys)
+
+
+async def tenant_of(
+    request: Request,
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> str:
+    """The request's tenant, from its bearer key (AuthProblem → 401)."""
+    # The HTTPBearer dependency only puts the scheme in the OpenAPI document; the header is
+    # parsed here so that "missing" and "malformed" get sentences of their own.
+    tenant = await authenticate(request.headers.get("authorization"), registry_of(request).keys)
+    request.state.tenant = tenant  # for the request log line
+    return tenant
+
+
+Ctx = Annotated[Registry, Depends(registry_of)]
+Tenant = Annotated[str, Depends(tenant_of)]
+JobIdPath = Annotated[
+    str, Path(pattern=JOB_ID_PATTERN, description="the job's id: [A-Za-z0-9._:-]{1,128}")
+]
+Limit = Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX, description="items per page (1..500)")]
+CursorParam = Annotated[
+    str | None, Query(description="the `next` value of the previous page, unchanged")
+]

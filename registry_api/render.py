@@ -1,0 +1,86 @@
+"""Response bodies of the HTTP API: stored jobs and runs as JSON-ready dicts.
+
+Instants are ISO-8601 UTC with milliseconds and `Z` (`2026-12-01T09:00:00.000Z`); a job's
+fields come back in the document's own order (jsonb would give them ordered by key length).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from tickwheel.clock import format_datetime, format_ms
+from tickwheel.registry_api.document import Backoff, Dst, JobDocument, Misfire, Target
+from tickwheel.registry_api.store import JobView, RunView
+from tickwheel.runtime import PartState
+
+_FIELD_ORDER = tuple(JobDocument.model_fields)
+_NESTED_ORDER = {
+    name: tuple(model.model_fields)
+    for name, model in (
+        ("backoff", Backoff),
+        ("misfire", Misfire),
+        ("dst", Dst),
+        ("target", Target),
+    )
+}
+
+
+def iso_ms(instant_ms: int | None) -> str | None:
+    """`YYYY-MM-DDTHH:MM:SS.mmmZ` for UTC milliseconds (None stays None)."""
+    return None if instant_ms is None else format_ms(instant_ms)
+
+
+def iso_dt(moment: dt.datetime | None) -> str | None:
+    return None if moment is None else format_datetime(moment)
+
+
+def _in_order(value: Any, order: tuple[str, ...]) -> Any:
+    if not isinstance(value, dict):
+        return value
+    return {name: value[name] for name in order if name in value} | value
+
+
+def job_body(view: JobView) -> dict[str, Any]:
+    doc = view.document
+    body = {
+        name: _in_order(doc[name], _NESTED_ORDER.get(name, ()))
+        for name in _FIELD_ORDER
+        if name in doc
+    }
+    body.update(
+        {
+            "next_run_at": iso_ms(view.next_run_at),
+            "status": view.status,
+            "version": view.version,
+            "created_at": iso_dt(view.created_at),
+            "updated_at": iso_dt(view.updated_at),
+        }
+    )
+    return body
+
+
+def run_body(run: RunView) -> dict[str, Any]:
+    return {
+        "run_key": run.run_key,
+        "scheduled_at": iso_ms(run.scheduled_at),
+        "status": run.status,
+        "attempt": run.attempt,
+        "started_at": iso_dt(run.started_at),
+        "finished_at": iso_dt(run.finished_at),
+        "last_error": run.last_error,
+    }
+
+
+def parts_body(parts: Mapping[str, PartState]) -> dict[str, Any]:
+    """The process's long-running parts as /healthz reports them."""
+    return {
+        name: {
+            "alive": part.alive,
+            "error": part.error,
+            "updated_at": iso_ms(int(part.updated_at * 1000)),
+            "detail": dict(part.detail),
+        }
+        for name, part in parts.items()
+    }

@@ -1,0 +1,183 @@
+"""Call-time target checks: the allowlist match, the refused address ranges, and how
+responses, redirects and the breaker decide a call."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tickwheel.workers.handlers import PermanentError
+from tickwheel.workers.targets import (
+    Address,
+    HttpTargets,
+    RetryableTargetError,
+    TargetPolicy,
+    address_permitted,
+    allowlist_entry,
+    special_address,
+)
+
+pytestmark = pytest.mark.unit
+
+ALLOW = ("https://hooks.example.com/tw", "http://127.0.0.1:8081/", "http://localhost:9000/")
+
+
+@pytest.mark.parametrize(
+    ("url", "entry"),
+    [
+        ("https://hooks.example.com/tw", ALLOW[0]),
+        ("https://hooks.example.com/tw/a?x=1", ALLOW[0]),
+        ("https://hooks.example.com:443/tw/a", ALLOW[0]),
+        ("https://hooks.example.com/twx", None),
+        ("https://hooks.example.com/tw/../admin", None),
+        ("https://hooks.example.com/tw/%2e%2e/admin", None),
+        ("http://hooks.example.com/tw", None),
+        ("https://evil.example.com/tw", None),
+        ("http://127.0.0.1:8081/anything", ALLOW[1]),
+        ("http://127.0.0.1:8082/", None),
+        ("ftp://127.0.0.1:8081/", None),
+        ("http://169.254.169.254/latest/meta-data", None),
+    ],
+)
+def test_allowlist_entry(url: str, entry: str | None) -> None:
+    """scheme, host and port equal, path at or under the entry's, no dot segments"""
+    assert allowlist_entry(url, ALLOW) == entry
+
+
+@pytest.mark.parametrize(
+    ("address", "special"),
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("169.254.169.254", True),
+        ("fe80::1", True),
+        ("fd00:ec2::254", True),
+        ("100.100.100.200", True),
+        ("0.0.0.0", True),
+        ("::ffff:127.0.0.1", True),
+        ("224.0.0.1", True),
+        ("93.184.216.34", False),
+        ("10.1.2.3", False),
+        ("2001:db8::1", False),
+    ],
+)
+def test_special_addresses(address: str, special: bool) -> None:
+    """loopback, link-local, metadata, unspecified, multicast (also IPv4-mapped) are special"""
+    assert special_address(ipaddress.ip_address(address)) is special
+
+
+def test_special_address_needs_an_entry_naming_it() -> None:
+    """a loopback address passes only under an entry naming it (or localhost); metadata never
+    passes under an entry for a DNS name (rebinding)"""
+    loop = ipaddress.ip_address("127.0.0.1")
+    assert address_permitted(loop, ALLOW[1])
+    assert address_permitted(loop, ALLOW[2])
+    assert not address_permitted(loop, ALLOW[0])
+    assert not address_permitted(ipaddress.ip_address("169.254.169.254"), ALLOW[0])
+    assert not address_permitted(ipaddress.ip_address("127.0.0.2"), ALLOW[1])
+    assert address_permitted(ipaddress.ip_address("93.184.216.34"), ALLOW[0])
+
+
+# --- HttpTargets over a stub transport: the decisions, not the network (the integration test
+# calls a real local server) --------------------------------------------------------------------
+
+POLICY = TargetPolicy(
+    allowlist=("https://hooks.example.com/", "https://rebound.example.com/"),
+    rate_per_s=1000,
+    burst=100,
+    breaker_failures=2,
+    breaker_cooldown_s=60,
+)
+ADDRESSES = {
+    "hooks.example.com": "93.184.216.34",
+    "rebound.example.com": "169.254.169.254",
+}
+
+
+async def _resolve(host: str, _port: int) -> list[Address]:
+    return [ipaddress.ip_address(ADDRESSES[host])]
+
+
+def _targets(respond: Callable[[httpx.Request], httpx.Response]) -> tuple[HttpTargets, list[Any]]:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return respond(request)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    return HttpTargets(POLICY, client=client, resolve=_resolve), seen
+
+
+TARGET = {"url": "https://hooks.example.com/tw/invoice", "method": "POST"}
+
+
+async def test_request_goes_to_checked_address_with_name_and_idempotency_key() -> None:
+    """the request is pinned to the resolved address; Host and the run key are sent"""
+    targets, seen = _targets(lambda _r: httpx.Response(204))
+    await targets.call(TARGET, {"n": 1}, "acme/inv@1")
+    (request,) = seen
+    assert request.url.host == "93.184.216.34" and request.url.path == "/tw/invoice"
+    assert request.headers["host"] == "hooks.example.com"
+    assert request.headers["idempotency-key"] == "acme/inv@1"
+    assert request.extensions["sni_hostname"] == "hooks.example.com"
+    assert request.content == b'{"n":1}'
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (408, RetryableTargetError),
+        (429, RetryableTargetError),
+        (500, RetryableTargetError),
+        (503, RetryableTargetError),
+        (400, PermanentError),
+        (404, PermanentError),
+        (410, PermanentError),
+    ],
+)
+async def test_status_semantics(status: int, error: type[Exception]) -> None:
+    """408, 429 and 5xx are retryable; other 4xx are permanent"""
+    targets, _ = _targets(lambda _r: httpx.Response(status))
+    with pytest.raises(error, match=f"HTTP {status}"):
+        await targets.call(TARGET, {}, "acme/inv@1")
+
+
+async def test_redirect_to_a_name_resolving_to_metadata_is_refused() -> None:
+    """an allowlisted name that resolves to 169.254.169.254 is refused at call time, on the
+    redirect hop, before any request goes there"""
+    targets, seen = _targets(
+        lambda r: (
+            httpx.Response(307, headers={"location": "https://rebound.example.com/x"})
+            if r.url.host == "93.184.216.34"
+            else httpx.Response(200)
+        )
+    )
+    with pytest.raises(PermanentError, match=r"169\.254\.169\.254"):
+        await targets.call(TARGET, {}, "acme/inv@1")
+    assert [r.url.host for r in seen] == ["93.184.216.34"]
+
+
+async def test_redirect_outside_the_allowlist_is_refused() -> None:
+    """a Location outside the allowlist ends the run permanently"""
+    targets, seen = _targets(
+        lambda _r: httpx.Response(302, headers={"location": "http://10.0.0.1/admin"})
+    )
+    with pytest.raises(PermanentError, match="not in the operator's allowlist"):
+        await targets.call(TARGET, {}, "acme/inv@1")
+    assert len(seen) == 1
+
+
+async def test_open_breaker_fails_fast_without_calling() -> None:
+    """after K consecutive 5xx the host gets no request until the cool-down"""
+    targets, seen = _targets(lambda _r: httpx.Response(502))
+    for _ in range(2):
+        with pytest.raises(RetryableTargetError, match="HTTP 502"):
+            await targets.call(TARGET, {}, "acme/inv@1")
+    with pytest.raises(RetryableTargetError, match="circuit open"):
+        await targets.call(TARGET, {}, "acme/inv@1")
+    assert len(seen) == 2

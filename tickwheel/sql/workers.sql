@@ -1,0 +1,73 @@
+-- The workers' queries (workers/store.py). Runs are named by their run key's parts; instants
+-- cross this boundary as integer milliseconds since the epoch, converted exactly with interval
+-- arithmetic. Every write is fenced by the attempt the worker claimed (I4).
+
+-- worker_claim --
+-- I4, for many deliveries at once: pending/published → running with this worker and a lease,
+-- only for the attempt the envelope dispatches. A delivery whose row is not returned is a
+-- duplicate or a stale redelivery. The job's backoff comes along for the result decision.
+-- $1 tenants, $2 job ids, $3 scheduled_at ms, $4 attempts, $5 worker id, $6 lease ms
+WITH wanted AS (
+    SELECT w.tenant, w.job_id,
+           'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond' AS scheduled_at,
+           w.attempt
+    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[])
+         AS w(tenant, job_id, scheduled_ms, attempt)
+), claimed AS (
+    UPDATE job_runs r
+    SET status = 'running', worker = $5::text, started_at = now(),
+        lease_until = now() + $6::bigint * interval '1 millisecond'
+    FROM wanted w
+    WHERE r.tenant = w.tenant AND r.job_id = w.job_id AND r.scheduled_at = w.scheduled_at
+      AND r.status IN ('pending', 'published') AND r.attempt = w.attempt
+    RETURNING r.tenant, r.job_id, r.scheduled_at, r.attempt, r.max_attempts, r.started_at
+)
+SELECT c.tenant, c.job_id,
+       (extract(epoch FROM c.scheduled_at) * 1000)::bigint AS scheduled_ms,
+       c.attempt, c.max_attempts,
+       (extract(epoch FROM c.started_at) * 1000)::bigint AS started_ms,
+       coalesce(j.backoff_base_ms, 10000) AS backoff_base_ms,
+       coalesce(j.backoff_cap_ms, 600000) AS backoff_cap_ms
+FROM claimed c
+LEFT JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
+
+-- worker_run_statuses --
+-- Why deliveries claimed nothing: the row's status and attempt now (no row: an unknown run).
+SELECT w.tenant, w.job_id, w.scheduled_ms, r.status, r.attempt
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS w(tenant, job_id, scheduled_ms)
+JOIN job_runs r
+  ON r.tenant = w.tenant AND r.job_id = w.job_id
+ AND r.scheduled_at = 'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond'
+
+-- worker_heartbeat --
+-- Extend the lease of the runs this worker is executing; a run fenced out meanwhile (its lease
+-- lapsed and the scheduler moved it on) is not touched.
+-- $1 tenants, $2 job ids, $3 scheduled_at ms, $4 attempts, $5 worker id, $6 lease ms
+UPDATE job_runs r
+SET lease_until = now() + $6::bigint * interval '1 millisecond'
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[])
+     AS w(tenant, job_id, scheduled_ms, attempt)
+WHERE r.tenant = w.tenant AND r.job_id = w.job_id
+  AND r.scheduled_at = 'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond'
+  AND r.attempt = w.attempt AND r.status = 'running' AND r.worker = $5::text
+
+-- worker_results --
+-- The results of finished attempts, fenced by attempt: succeeded | retrying (retry_at = now +
+-- delay) | dead. Returns the runs written; a run missing from the answer was fenced out.
+-- $1 tenants, $2 job ids, $3 scheduled_at ms, $4 attempts, $5 statuses, $6 retry delays ms,
+-- $7 errors
+UPDATE job_runs r
+SET status = w.status,
+    finished_at = CASE WHEN w.status IN ('succeeded', 'dead') THEN now() END,
+    retry_at = CASE WHEN w.status = 'retrying'
+                    THEN now() + w.delay_ms * interval '1 millisecond' END,
+    -- A success keeps the error of an earlier attempt: it tells that the run needed retries.
+    last_error = CASE WHEN w.status = 'succeeded' THEN r.last_error ELSE w.error END,
+    lease_until = NULL
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[], $5::text[], $6::bigint[],
+            $7::text[])
+     AS w(tenant, job_id, scheduled_ms, attempt, status, delay_ms, error)
+WHERE r.tenant = w.tenant AND r.job_id = w.job_id
+  AND r.scheduled_at = 'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond'
+  AND r.attempt = w.attempt AND r.status = 'running'
+RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_ms

@@ -1,0 +1,117 @@
+"""The worker's Postgres side: batched claims (I4), heartbeats and fenced result writes.
+
+Every statement takes a batch of runs as parallel arrays (one round trip for many runs) and
+names runs by their run key's parts; `workers/service.py` decides what to write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import asyncpg
+
+from tickwheel.queries import QUERIES
+
+RunId = tuple[str, str, int]  # tenant, job_id, scheduled_at (unix ms)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run this worker now owns: the attempt that fences its writes, and its retry policy."""
+
+    attempt: int
+    max_attempts: int
+    started_ms: int  # database clock, unix ms
+    backoff_base_ms: int
+    backoff_cap_ms: int
+
+
+@dataclass(frozen=True)
+class Attempted:
+    """A run to claim, or whose lease to extend: its identity and the attempt."""
+
+    run: RunId
+    attempt: int
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    run: RunId
+    attempt: int
+    status: str  # succeeded | retrying | dead
+    retry_in_ms: int | None
+    error: str | None
+
+
+def _columns(items: Sequence[Attempted]) -> tuple[list[str], list[str], list[int], list[int]]:
+    return (
+        [i.run[0] for i in items],
+        [i.run[1] for i in items],
+        [i.run[2] for i in items],
+        [i.attempt for i in items],
+    )
+
+
+class RunStore:
+    def __init__(self, pool: asyncpg.Pool, worker_id: str, lease_ms: int) -> None:
+        self.pool = pool
+        self.worker_id = worker_id
+        self.lease_ms = lease_ms
+
+    async def claim(self, items: Sequence[Attempted]) -> dict[RunId, Claim]:
+        """Claim what can be claimed; runs absent from the answer are duplicates or stale."""
+        if not items:
+            return {}
+        rows = await self.pool.fetch(
+            QUERIES["worker_claim"], *_columns(items), self.worker_id, self.lease_ms
+        )
+        return {
+            (r["tenant"], r["job_id"], r["scheduled_ms"]): Claim(
+                r["attempt"],
+                r["max_attempts"],
+                r["started_ms"],
+                r["backoff_base_ms"],
+                r["backoff_cap_ms"],
+            )
+            for r in rows
+        }
+
+    async def statuses(self, runs: Sequence[RunId]) -> dict[RunId, tuple[str, int]]:
+        """(status, attempt) of each run that has a row."""
+        if not runs:
+            return {}
+        rows = await self.pool.fetch(
+            QUERIES["worker_run_statuses"],
+            [r[0] for r in runs],
+            [r[1] for r in runs],
+            [r[2] for r in runs],
+        )
+        return {
+            (r["tenant"], r["job_id"], r["scheduled_ms"]): (r["status"], r["attempt"]) for r in rows
+        }
+
+    async def heartbeat(self, items: Sequence[Attempted]) -> int:
+        """Extend the leases of running runs; return how many were extended."""
+        if not items:
+            return 0
+        status: str = await self.pool.execute(
+            QUERIES["worker_heartbeat"], *_columns(items), self.worker_id, self.lease_ms
+        )
+        return int(status.rsplit(" ", 1)[-1])
+
+    async def write_results(self, results: Sequence[ResultRow]) -> set[RunId]:
+        """Write results fenced by attempt; return the runs written (the rest were fenced out)."""
+        if not results:
+            return set()
+        rows = await self.pool.fetch(
+            QUERIES["worker_results"],
+            [r.run[0] for r in results],
+            [r.run[1] for r in results],
+            [r.run[2] for r in results],
+            [r.attempt for r in results],
+            [r.status for r in results],
+            [r.retry_in_ms for r in results],
+            [r.error for r in results],
+        )
+        return {(r["tenant"], r["job_id"], r["scheduled_ms"]) for r in rows}

@@ -1,0 +1,255 @@
+"""HTTP targets: one POST (or the job's method) per run, with the checks made at call time.
+
+A job may name `"target": {"url", "method", "headers"}` instead of a handler. For each hop
+(the first request and every redirect, followed here by hand, at most MAX_REDIRECTS):
+
+    1. the URL must match an entry of the operator's allowlist (`TICKWHEEL_TARGET_ALLOWLIST`),
+       checked again now: the list may have shrunk since the job was registered, and a
+       redirect may point anywhere;
+    2. the host is resolved, and every address it resolves to must be an ordinary one: a
+       loopback, link-local (which includes the cloud metadata address 169.254.169.254),
+       unspecified, multicast or reserved address, or a known metadata address, is refused
+       unless the matching allowlist entry names that very address (or `localhost` for
+       loopback). The request then goes to the checked address (the Host header and TLS SNI
+       keep the name), so a second DNS answer cannot swap in another address (DNS rebinding);
+    3. the host's token bucket gives the pace (waiting for a token, not failing) and its
+       circuit breaker, when open, fails the call fast as retryable;
+    4. the response decides: 2xx success; 3xx with Location: next hop; 408, 429, 5xx,
+       timeouts and connection errors retryable; any other status permanent. A refused URL
+       or address is permanent: retrying cannot make it allowed.
+
+The request carries `Idempotency-Key: <run key>`, so a downstream can drop the second
+delivery of an at-least-once run. The body is the job's payload as JSON.
+
+The allowlist match is the registry's own rule (`tickwheel.targets.matching_entry`): the URL
+normalised, no credentials or dot segments (literal or encoded), scheme, host and port equal,
+path at or below the entry's path on a segment boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+import httpx
+import orjson
+
+from tickwheel.targets import TargetError, matching_entry
+from tickwheel.workers.handlers import PermanentError
+from tickwheel.workers.limits import CircuitBreaker, TokenBucket
+
+MAX_REDIRECTS = 5
+# Addresses that are not loopback or link-local by the ipaddress module's rules, yet serve
+# instance metadata on some clouds (AWS IPv6, Alibaba).
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a) for a in ("fd00:ec2::254", "100.100.100.200")
+)
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+RETRYABLE_STATUSES = frozenset({408, 429})
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], Awaitable[list[Address]]]  # host, port → its addresses
+
+
+class RetryableTargetError(Exception):
+    """The call failed in a way a later attempt may not (timeout, 5xx, 429, circuit open)."""
+
+
+@dataclass(frozen=True)
+class TargetPolicy:
+    allowlist: tuple[str, ...]
+    rate_per_s: float  # requests per second per host
+    burst: int  # requests a host may get at once
+    breaker_failures: int  # consecutive failures that open a host's breaker
+    breaker_cooldown_s: float
+
+
+def allowlist_entry(url: str, allowlist: Sequence[str]) -> str | None:
+    """The allowlist entry `url` falls under, or None: the registry's rule (tickwheel.targets),
+    where a URL that is not acceptable at all (credentials, dot segments, …) matches nothing."""
+    try:
+        return matching_entry(url, allowlist)
+    except TargetError:
+        return None
+
+
+def _port(parts: Any) -> int:
+    return int(parts.port or (443 if parts.scheme == "https" else 80))
+
+
+def special_address(address: Address) -> bool:
+    """Loopback, link-local, metadata and the like: never a target unless allowlisted."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return (
+        address.is_loopback
+        or address.is_link_local
+        or address.is_unspecified
+        or address.is_multicast
+        or address.is_reserved
+        or address in METADATA_ADDRESSES
+    )
+
+
+def address_permitted(address: Address, entry: str) -> bool:
+    """May `address` be called under allowlist `entry`? (Step 2 of the module docstring.)"""
+    if not special_address(address):
+        return True
+    host = urlsplit(entry).hostname or ""
+    if host == "localhost":
+        return address.is_loopback or (
+            isinstance(address, ipaddress.IPv6Address)
+            and address.ipv4_mapped is not None
+            and address.ipv4_mapped.is_loopback
+        )
+    try:
+        return ipaddress.ip_address(host) == address
+    except ValueError:
+        return False
+
+
+class HttpTargets:
+    """Calls HTTP targets for one worker process: one client, a bucket and breaker per host."""
+
+    def __init__(
+        self,
+        policy: TargetPolicy,
+        client: httpx.AsyncClient | None = None,
+        resolve: Resolver | None = None,
+    ) -> None:
+        self.policy = policy
+        self.resolve = resolve or _resolve
+        self.client = client or httpx.AsyncClient(
+            follow_redirects=False,
+            trust_env=False,  # no proxy from the environment: we pinned the address
+            timeout=None,  # the run's timeout_ms bounds the whole call (the executor's)
+        )
+        self._buckets: dict[str, TokenBucket] = {}
+        self._breakers: dict[str, CircuitBreaker] = {}
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def call(self, target: dict[str, Any], payload: Any, run_key: str) -> None:
+        """Deliver one run; return on success, raise PermanentError or RetryableTargetError."""
+        url = target.get("url")
+        if not isinstance(url, str):
+            raise PermanentError("target.url is missing or not a string")
+        method = str(target.get("method") or "POST").upper()
+        extra = target.get("headers") or {}
+        if not isinstance(extra, dict):
+            raise PermanentError("target.headers must be an object of strings")
+        body: bytes | None = orjson.dumps(payload)
+        for _hop in range(MAX_REDIRECTS + 1):
+            response = await self._send(url, method, extra, body, run_key)
+            status = response.status_code
+            if status in REDIRECT_STATUSES and "location" in response.headers:
+                url = urljoin(url, response.headers["location"])
+                if status == 303 or (status in (301, 302) and method == "POST"):
+                    method, body = "GET", None  # what browsers and httpx do
+                continue
+            if 200 <= status < 300:
+                return
+            reason = f"target answered HTTP {status} ({_host_of(url)})"
+            if status in RETRYABLE_STATUSES or status >= 500:
+                raise RetryableTargetError(reason)
+            raise PermanentError(reason)
+        raise PermanentError(f"target redirected more than {MAX_REDIRECTS} times")
+
+    async def _send(
+        self, url: str, method: str, extra: dict[str, Any], body: bytes | None, run_key: str
+    ) -> httpx.Response:
+        entry = allowlist_entry(url, self.policy.allowlist)
+        if entry is None:
+            raise PermanentError(
+                f"target URL {url!r} is not in the operator's allowlist "
+                "(TICKWHEEL_TARGET_ALLOWLIST)"
+            )
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", _port(parts)
+        address = await self._checked_address(host, port, entry)
+        bucket = self._bucket(host, port)
+        while (wait_s := bucket.take(time.monotonic())) > 0:
+            await asyncio.sleep(wait_s)
+        breaker = self._breaker(host, port)
+        if not breaker.allow(time.monotonic()):
+            raise RetryableTargetError(f"circuit open for {host}:{port} after repeated failures")
+        headers = {str(k): str(v) for k, v in extra.items()}
+        headers["Idempotency-Key"] = run_key
+        headers["Host"] = parts.netloc.rpartition("@")[2]
+        if body is not None:
+            headers.setdefault("Content-Type", "application/json")
+        literal = f"[{address}]" if address.version == 6 else str(address)
+        pinned = urlunsplit((parts.scheme, f"{literal}:{port}", parts.path or "/", parts.query, ""))
+        extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
+        try:
+            response = await self.client.request(
+                method, pinned, headers=headers, content=body, extensions=extensions
+            )
+        except httpx.TimeoutException:
+            breaker.failed(time.monotonic())
+            raise RetryableTargetError(f"target {host}:{port} timed out") from None
+        except httpx.TransportError as exc:
+            breaker.failed(time.monotonic())
+            raise RetryableTargetError(
+                f"target {host}:{port} unreachable: {type(exc).__name__}: {exc}"
+            ) from None
+        except BaseException:  # cancelled by the run's timeout: a failure of this host too
+            breaker.failed(time.monotonic())
+            raise
+        if response.status_code >= 500:
+            breaker.failed(time.monotonic())
+        else:
+            breaker.succeeded()
+        return response
+
+    async def _checked_address(self, host: str, port: int, entry: str) -> Address:
+        try:
+            literal: Address | None = ipaddress.ip_address(host)
+        except ValueError:
+            literal = None
+        if literal is not None:
+            addresses = [literal]
+        else:
+            try:
+                addresses = list(dict.fromkeys(await self.resolve(host, port)))
+            except OSError as exc:
+                raise RetryableTargetError(f"cannot resolve target host {host!r}: {exc}") from None
+        refused = [a for a in addresses if not address_permitted(a, entry)]
+        if refused or not addresses:
+            raise PermanentError(
+                f"target host {host!r} resolves to {refused[0] if refused else 'nothing'}, "
+                "a loopback, link-local or metadata address that is not allowlisted"
+            )
+        return addresses[0]
+
+    def _bucket(self, host: str, port: int) -> TokenBucket:
+        key = f"{host}:{port}"
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = TokenBucket(self.policy.rate_per_s, self.policy.burst)
+        return bucket
+
+    def _breaker(self, host: str, port: int) -> CircuitBreaker:
+        key = f"{host}:{port}"
+        breaker = self._breakers.get(key)
+        if breaker is None:
+            breaker = self._breakers[key] = CircuitBreaker(
+                self.policy.breaker_failures, self.policy.breaker_cooldown_s
+            )
+        return breaker
+
+
+async def _resolve(host: str, port: int) -> list[Address]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [ipaddress.ip_address(info[4][0]) for info in infos]
+
+
+def _host_of(url: str) -> str:
+    return urlsplit(url).netloc.rpartition("@")[2]
