@@ -126,6 +126,7 @@ class Election:
     async def register(self) -> None:
         """Create our ephemeral member node (again, after a lost session)."""
         path = f"{self.members_path}/{self.member_id}"
+        warned = False
         while True:
             try:
                 await self._call(self.client.create, path, self.member_id.encode(), ephemeral=True)
@@ -134,8 +135,11 @@ class Election:
                 _, stat = await self._call(self.client.get, path)
                 if stat.ephemeralOwner == self.client.client_id[0]:
                     break
-                # A previous process with our id, whose session has not expired yet.
-                log.warning("member %s is still registered by an old session; waiting", path)
+                # A previous process with our id whose session has not expired yet (or, if it
+                # never goes, a second live process started with the same --id).
+                if not warned:
+                    log.warning("member %s is registered by another session; waiting", path)
+                    warned = True
                 await asyncio.sleep(REGISTER_RETRY_S)
         self.registered = True
         self.changed.set()
