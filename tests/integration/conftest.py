@@ -151,12 +151,18 @@ class SchedEnv:
 
     def spawn(self, name: str, *args: str, **extra_env: str) -> subprocess.Popen[bytes]:
         """Start `tickwheel scheduler --id NAME` as a subprocess (stderr to a log file)."""
+        return self.spawn_command(name, ["scheduler", "--id", name, *args], **extra_env)
+
+    def spawn_command(
+        self, name: str, argv: list[str], **extra_env: str
+    ) -> subprocess.Popen[bytes]:
+        """Start `tickwheel ARGV…` with this deployment's settings (output to a log file)."""
         log = Path(f"/tmp/tw-sched-{self.topics.prefix}-{name}.log")
         self.logs[name] = log
         env = {**os.environ, **self.env, **extra_env}
         with log.open("wb") as sink:
             proc = subprocess.Popen(
-                [TICKWHEEL, "scheduler", "--id", name, *args],
+                [TICKWHEEL, *argv],
                 env=env,
                 stdout=sink,
                 stderr=subprocess.STDOUT,

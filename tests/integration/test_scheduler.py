@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -452,3 +453,33 @@ async def test_shard_zero_leader_keeps_daily_job_runs_partitions_ready(sched: Sc
             return bool((await sched.fetch(exists, name))[0]["present"])
 
         await wait_for(present, 10, what=f"{name} created")
+
+
+async def test_a_registered_job_runs_end_to_end_through_a_worker(
+    sched: SchedEnv, tmp_path: Path
+) -> None:
+    """scheduler and `tickwheel worker` together: every occurrence of a job is executed once
+    and its run row ends succeeded (the worker side of the run lifecycle honours ours)"""
+    log = tmp_path / "executions.log"
+    log.touch()
+    worker = sched.spawn_command(
+        "worker",
+        ["worker", "--handlers", "worker_handlers", "--id", "w1"],
+        TW_TEST_LOG=str(log),
+        PYTHONPATH=str(Path(__file__).parent),
+        TICKWHEEL_KAFKA_SESSION_TIMEOUT_MS="6000",
+    )
+    async with running_scheduler(sched, "solo"):
+        await sched.register(_every_second("tick", handler="test.record"))
+
+        async def three_succeeded() -> bool:
+            rows = await sched.runs("tick")
+            return sum(1 for r in rows if r["status"] == "succeeded") >= 3
+
+        await wait_for(three_succeeded, 30, what="three runs succeeded")
+    assert worker.poll() is None, sched.log_text("worker")
+    done = [r for r in await sched.runs("tick") if r["status"] == "succeeded"]
+    executed = log.read_text().split("\n")
+    for row in done:
+        key = run_key(sched.tenant, "tick", row["ms"])
+        assert executed.count(f"{key} 1") == 1, f"{key} ran {executed.count(f'{key} 1')} times"
