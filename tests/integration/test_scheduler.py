@@ -26,6 +26,9 @@ from .conftest import (
 
 pytestmark = pytest.mark.integration
 
+# "Within a tick or two": the tests tick every 50 ms; the rest is slack for a loaded machine.
+WITHIN_MS = 250
+
 
 def _every_second(job_id: str, **extra: object) -> dict[str, object]:
     return {"id": job_id, "schedule": "* * * * * *", "handler": "demo.echo", **extra}
@@ -108,12 +111,12 @@ async def test_edits_pauses_resumes_deletes_are_honoured_within_a_tick_or_two(
         )
         await wait_for(lambda: _published_count(sched, "soon", 1), 10, what="soon fired")
         (soon,) = await sched.runs("soon")
-        assert 0 <= soon["created_ms"] - at_ms < 200, "a job registered 2 s ahead fired late"
+        assert 0 <= soon["created_ms"] - at_ms < WITHIN_MS, "a job registered 2 s ahead was late"
 
         await sched.op("pause", "tick")
         paused_at = now_ms()
         await asyncio.sleep(1.5)
-        assert all(r["ms"] <= paused_at + 200 for r in await sched.runs("tick"))
+        assert all(r["ms"] <= paused_at + WITHIN_MS for r in await sched.runs("tick"))
 
         await sched.op("resume", "tick")
         resumed_at = now_ms()
@@ -124,13 +127,13 @@ async def test_edits_pauses_resumes_deletes_are_honoured_within_a_tick_or_two(
         await sched.register(_every_second("tick", schedule="*/2 * * * * *"))
         edited_at = now_ms()
         await asyncio.sleep(3.2)
-        later = [r["ms"] for r in await sched.runs("tick") if r["ms"] > edited_at + 200]
+        later = [r["ms"] for r in await sched.runs("tick") if r["ms"] > edited_at + WITHIN_MS]
         assert later and all(ms % 2000 == 0 for ms in later), later
 
         await sched.op("delete", "tick")
         deleted_at = now_ms()
         await asyncio.sleep(1.5)
-        assert all(r["ms"] <= deleted_at + 200 for r in await sched.runs("tick"))
+        assert all(r["ms"] <= deleted_at + WITHIN_MS for r in await sched.runs("tick"))
 
 
 async def _any_run_after(sched: SchedEnv, job_id: str, after_ms: int) -> bool:
