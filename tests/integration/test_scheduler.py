@@ -420,11 +420,24 @@ async def test_session_expiry_drops_the_wheels_and_the_process_rejoins(sched: Sc
         leaders = "SELECT shard_id, epoch FROM shard_leaders"
         before = {r["shard_id"]: r["epoch"] for r in await sched.fetch(leaders)}
         loop = asyncio.get_running_loop()
+        dispatching_when_suspended: list[bool] = []
+        on_state = scheduler.election._on_state
+
+        def watch(state: str) -> None:
+            on_state(state)
+            if state == "SUSPENDED":
+                dispatching_when_suspended.extend(
+                    leader.dispatching.is_set() for leader in scheduler.leaders.values()
+                )
+
+        scheduler.election._on_state = watch
         await loop.run_in_executor(None, drop_connection, scheduler.election.client)
         await wait_for(lambda: scheduler.election.connected, 10, what="reconnected")
         await asyncio.sleep(0.5)
         same = {r["shard_id"]: r["epoch"] for r in await sched.fetch(leaders)}
         assert same == before and len(scheduler.leaders) == 8
+        assert dispatching_when_suspended == [False] * 8, "SUSPENDED must stop dispatching"
+        assert all(leader.dispatching.is_set() for leader in scheduler.leaders.values())
 
         await loop.run_in_executor(None, expire_session, scheduler.election.client, sched.stack.zk)
 
