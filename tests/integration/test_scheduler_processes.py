@@ -20,14 +20,15 @@ from tickwheel.clock import format_ms
 from tickwheel.sharding import shard_of
 from tickwheel.shards.assignment import capacity
 from tickwheel.shards.election import zk_root
+from tickwheel.stack.zookeeper import ZK_TICK_MS
 
 from .conftest import ZK_TEST_SESSION_MS, SchedEnv, consume_runs, wait_for
 
 pytestmark = pytest.mark.integration
 
-# ZooKeeper expires sessions in buckets of its tickTime (2 s on the dev stack), so an expiry
-# comes up to one tickTime after the session timeout; the +1 s of the target is on top of that.
-ZK_TICK_S = 2.0
+# ZooKeeper expires sessions in buckets of its tickTime (ZK_TICK_MS on the dev stack), so an
+# expiry comes up to one tick after the session timeout; the +1 s of the target is on top of it.
+ZK_TICK_S = ZK_TICK_MS / 1000
 
 
 def _zk_leaders(sched: SchedEnv) -> dict[int, str]:
