@@ -16,6 +16,7 @@ import click
 
 from tickwheel import __version__
 from tickwheel.config import ConfigError, Settings, load_settings, redact_dsn
+from tickwheel.operations.cli import dlq, gc, jobs, runs
 from tickwheel.schedule.cli import cron
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,6 +41,10 @@ def main() -> None:
 
 
 main.add_command(cron)
+main.add_command(dlq)
+main.add_command(runs)
+main.add_command(jobs)
+main.add_command(gc)
 
 
 # --- tickwheel dev ---------------------------------------------------------------------------

@@ -64,6 +64,21 @@ class Settings(BaseSettings):
     topic_partitions: int = Field(6, ge=1, description="partitions of created topics")
     topic_replication: int = Field(1, ge=1, description="replication factor of created topics")
 
+    # operations
+    retention_days: int = Field(
+        30,
+        ge=1,
+        le=36_500,
+        description="`tickwheel gc`: run history and completed one-off jobs older than this "
+        "many days are removed",
+    )
+    ops_kafka_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="how long `tickwheel dlq` commands wait for Kafka before giving up, seconds",
+    )
+
     devstack_dir: Path = Field(Path(".devstack"), description="where `tickwheel dev` keeps state")
     dev_pg_port: int = Field(55432, ge=1, le=65535, description="dev stack Postgres port")
     dev_kafka_port: int = Field(59092, ge=1, le=65535, description="dev stack Kafka port")
