@@ -25,7 +25,7 @@ from tickwheel.clock import format_ms, now_ms
 from tickwheel.config import ConfigError, Settings, load_settings, redact_dsn
 from tickwheel.domain import JobStatus, RunKeyError, RunStatus, parse_run_key
 from tickwheel.operations.errors import BadInput, OperationsError, Unavailable
-from tickwheel.schedule.cli import _OneLineErrors as OneLineCommand
+from tickwheel.schedule.cli import _OneLineErrors as OneLineCommand  # one home for it
 from tickwheel.schedule.errors import ScheduleError
 from tickwheel.schedule.instants import parse_instant
 
@@ -400,7 +400,9 @@ def dlq_replay(
         _emit_json({"filters": flt.to_json(), **report.to_json()})
         return
     done = "would replay" if dry_run else "replayed"
-    if report.results:
+    if not report.results:
+        click.echo("no dead letters match")
+    else:
         rows = [
             (
                 r.run_key,
