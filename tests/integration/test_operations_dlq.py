@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -33,6 +39,7 @@ pytestmark = pytest.mark.integration
 
 SHARDS = 4
 HOUR_MS = 3_600_000
+TICKWHEEL = str(Path(sys.executable).parent / "tickwheel")
 
 
 class Scene:
@@ -280,12 +287,17 @@ def test_replay_moves_exactly_the_selected_dead_runs_and_is_idempotent(scene: Sc
         ]
     )
     start = scene.rows()
+    # The audit is the database's, shared by this module's tests: look at what comes after.
+    audited_before = {e["id"] for e in scene.json("dlq", "audit")["items"]}
+
+    def audit_entries() -> list[dict[str, Any]]:
+        return [e for e in scene.json("dlq", "audit")["items"] if e["id"] not in audited_before]
 
     dry = scene.json("dlq", "replay", "--job", "a", "--dry-run", "--attempts", "2")
     assert dry["dry_run"] is True and dry["audit_id"] is None
     assert (dry["replayed"], dry["skipped"], dry["refused"]) == (2, 1, 0)
     assert scene.rows() == start
-    assert scene.json("dlq", "audit")["items"] == []
+    assert audit_entries() == []
 
     first = scene.json("dlq", "replay", "--job", "a", "--attempts", "2", "--rate", "50/s")
     outcomes = {r["run_key"]: (r["outcome"], r["reason"]) for r in first["runs"]}
@@ -327,7 +339,7 @@ def test_replay_moves_exactly_the_selected_dead_runs_and_is_idempotent(scene: Sc
     assert after[g1]["status"] == "dead"
     assert (after[b1]["status"], after[b1]["max_attempts"]) == ("retrying", 3 + 4)  # job's own
 
-    audit = scene.json("dlq", "audit")["items"]
+    audit = audit_entries()
     assert [(e["replayed"], e["skipped"], e["refused"], e["outcome"]) for e in audit] == [
         (1, 3, 1, "completed"),
         (0, 3, 0, "completed"),
@@ -377,3 +389,42 @@ def test_missing_topic_and_unreachable_postgres_are_one_line(scene: Scene) -> No
         assert result.exit_code == 1, result.output
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "cannot connect to Postgres at" in lines[0]
+
+
+def test_an_interrupted_replay_records_what_it_did(scene: Scene) -> None:
+    """Ctrl-C between chunks: exit 130, the runs done so far replayed and audited as such"""
+    scene.jobs("a")
+    t = scene.now - HOUR_MS
+    keys = [scene.run_row("a", t + i, "dead") for i in range(3)]
+    scene.publish([scene.letter("a", t + i, "boom", scene.now - 1000 + i) for i in range(3)])
+    env = {
+        **os.environ,
+        "TICKWHEEL_DSN": scene.dsn,
+        "TICKWHEEL_KAFKA": scene.stack.kafka,
+        "TICKWHEEL_TOPIC_PREFIX": scene.topics.prefix,
+    }
+    # One replay per second: after the first, the command waits; interrupt it there.
+    proc = subprocess.Popen(
+        [TICKWHEEL, "dlq", "replay", "--rate", "1/s", "--tenant", scene.tenant],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while sum(r["status"] == "retrying" for r in scene.rows().values()) < 1:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err.strip().splitlines() == [
+        "tickwheel: replay interrupted; `tickwheel dlq audit` has what it did"
+    ]
+    assert [scene.rows()[k]["status"] for k in keys] == ["retrying", "dead", "dead"]
+    audit = scene.json("dlq", "audit")["items"]
+    [entry] = [e for e in audit if e["filters"]["tenant"] == scene.tenant]
+    assert (entry["outcome"], entry["selected"], entry["replayed"]) == ("interrupted", 1, 1)
+
+    rest = scene.json("dlq", "replay", "--tenant", scene.tenant)
+    assert [r["outcome"] for r in rest["runs"]] == ["skipped", "replayed", "replayed"]

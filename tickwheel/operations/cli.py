@@ -397,7 +397,13 @@ def dlq_replay(
         click.echo("tickwheel: replay interrupted; `tickwheel dlq audit` has what it did", err=True)
         sys.exit(130)
     if as_json:
-        _emit_json({"filters": flt.to_json(), **report.to_json()})
+        _emit_json(
+            {
+                "filters": flt.to_json(),
+                **report.to_json(),
+                "malformed": [m.to_json() for m in malformed],
+            }
+        )
         return
     done = "would replay" if dry_run else "replayed"
     if not report.results:

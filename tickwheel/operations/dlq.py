@@ -183,6 +183,8 @@ def _start_offsets(
         stamp = max(0, since_ms - CLOCK_SKEW_MS)
         asked = [TopicPartition(topic, p, stamp) for p in ranges]
         for tp in reader.offsets_for_times(asked, timeout=timeout_s):
+            if tp.error is not None:  # never guess a start: that could hide dead letters
+                raise KafkaException(tp.error)
             low, high = ranges[tp.partition]
             # -1: no message stamped at or after `stamp` on this partition.
             ranges[tp.partition] = (high if tp.offset < 0 else max(low, tp.offset), high)

@@ -166,16 +166,17 @@ async def replay(
         )
     started = clock()
     size = chunk_size(rate_per_s)
+    replayed = 0
     try:
         for first in range(0, len(letters), size):
             chunk = letters[first : first + size]
-            report.results.extend(await _chunk(conn, chunk, attempts, dry_run, report.audit_id))
+            results = await _chunk(conn, chunk, attempts, dry_run, report.audit_id)
+            report.results.extend(results)
+            replayed += sum(1 for r in results if r.outcome == Outcome.REPLAYED)
             if on_progress is not None:
                 on_progress(len(chunk))
             if not dry_run:
-                await sleep(
-                    pace_delay_s(started, clock(), report.count(Outcome.REPLAYED), rate_per_s)
-                )
+                await sleep(pace_delay_s(started, clock(), replayed, rate_per_s))
     except (KeyboardInterrupt, asyncio.CancelledError):
         report.finished = "interrupted"
         raise
@@ -184,7 +185,13 @@ async def replay(
         raise
     finally:
         if report.audit_id is not None:
-            await _finish_audit(conn, report)
+            try:
+                await _finish_audit(conn, report)
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+                if report.finished == "completed":
+                    raise
+                # The error that stopped the replay says more than this one; the audit row
+                # stays 'running', and its per-run records say what the replay did.
     return report
 
 
