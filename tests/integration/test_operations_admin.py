@@ -107,8 +107,9 @@ async def test_pause_resume_rm_go_through_the_registry(db_dsn: str) -> None:
         shard = shard_of(tenant, "nightly", SHARDS)
         assert await asyncio.wait_for(heard.get(), 5) == str(shard)
         changed = await listener.fetch(QUERIES["jobs_changed_since"], shard, since)
-        assert [(r["job_id"], r["status"], r["version"]) for r in changed] == [
-            ("nightly", "paused", 2)
+        # The feed may repeat earlier rows (docs/CHANGE_FEED.md); the pause must be on it.
+        assert ("nightly", "paused", 2) in [
+            (r["job_id"], r["status"], r["version"]) for r in changed
         ]
 
         code, out, _ = await tickwheel("jobs", "pause", f"{tenant}/nightly")

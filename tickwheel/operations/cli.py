@@ -16,6 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ParamSpec, TypeVar
 
 import click
@@ -167,6 +168,23 @@ def _emit_json(value: Any) -> None:
     click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
 
 
+def _listing(
+    items: Sequence[dict[str, Any]],
+    as_json: bool,
+    *,
+    empty: str,
+    headers: Sequence[str],
+    row: Callable[[dict[str, Any]], Sequence[Any]],
+) -> None:
+    """A list command's output: `{"items": […]}` with --json, else a table (or `empty`)."""
+    if as_json:
+        _emit_json({"items": list(items)})
+    elif not items:
+        click.echo(empty)
+    else:
+        click.echo(table(headers, [row(item) for item in items]))
+
+
 def _command(group: click.Group, name: str) -> Callable[[Callable[P, T]], click.Command]:
     """A subcommand whose usage errors are one line, and whose failures are too."""
 
@@ -219,23 +237,21 @@ def _read_selected(settings: Settings, flt: Any) -> tuple[list[Any], list[Any]]:
     from tickwheel.operations.dlq import read_dead_letters, select
     from tickwheel.topics import Topics
 
+    topic = Topics(settings.topic_prefix).dlq
     letters, malformed = read_dead_letters(
         settings.effective_kafka,
-        Topics(settings.topic_prefix).dlq,
+        topic,
         timeout_s=settings.ops_kafka_timeout_s,
         since_ms=flt.since_ms,
     )
-    return select(letters, flt), malformed
-
-
-def _warn_malformed(malformed: Sequence[Any], topic: str) -> None:
-    if malformed:
+    if malformed:  # said on stderr, so that --json output stays one document
         first = malformed[0]
         click.echo(
             f"tickwheel: {len(malformed)} message(s) on {topic} are not dead letters; first at "
             f"partition {first.partition} offset {first.offset}: {first.reason}",
             err=True,
         )
+    return select(letters, flt), malformed
 
 
 @_command(dlq, "ls")
@@ -249,11 +265,8 @@ def dlq_ls(
     as_json: bool,
 ) -> None:
     """List dead runs (the latest dead letter per run key), read without any consumer group."""
-    from tickwheel.topics import Topics
-
-    settings = _settings()
     flt = _dlq_filter(since, job_id, tenant, error, limit)
-    chosen, malformed = _read_selected(settings, flt)
+    chosen, malformed = _read_selected(_settings(), flt)
     if as_json:
         _emit_json(
             {
@@ -262,15 +275,14 @@ def dlq_ls(
                 "malformed": [m.to_json() for m in malformed],
             }
         )
-    else:
-        _warn_malformed(malformed, Topics(settings.topic_prefix).dlq)
-        if not chosen:
-            click.echo("no dead letters match")
-            return
-        rows = [
-            (format_ms(x.dead.dead_at), x.run_key, x.dead.attempts, x.dead.error) for x in chosen
-        ]
-        click.echo(table(("DEAD AT", "RUN KEY", "ATTEMPTS", "ERROR"), rows))
+        return
+    _listing(
+        [x.to_json() for x in chosen],
+        as_json,
+        empty="no dead letters match",
+        headers=("DEAD AT", "RUN KEY", "ATTEMPTS", "ERROR"),
+        row=lambda x: (x["dead_at"], x["run_key"], x["attempts"], x["error"]),
+    )
 
 
 @_command(dlq, "show")
@@ -358,28 +370,21 @@ def dlq_replay(
     reported with its reason. Every replay but a dry run is recorded (`tickwheel dlq audit`).
     """
     from tickwheel.operations.replay import Outcome, replay
-    from tickwheel.topics import Topics
 
     settings = _settings()
     rate = None if rate_text is None else parse_rate(rate_text)
     flt = _dlq_filter(since, job_id, tenant, error, limit)
     chosen, malformed = _read_selected(settings, flt)
-    _warn_malformed(malformed, Topics(settings.topic_prefix).dlq)
     show_bar = sys.stderr.isatty() and bool(chosen)
 
     async def work(conn: Any) -> Any:
-        if not show_bar:
-            return await replay(
-                conn,
-                chosen,
-                flt,
-                operator=operator_name(),
-                attempts=attempts,
-                rate_per_s=rate,
-                dry_run=dry_run,
-            )
         label = "checking" if dry_run else "replaying"
-        with click.progressbar(length=len(chosen), label=label, file=sys.stderr) as bar:
+        bar: AbstractContextManager[Any] = (
+            click.progressbar(length=len(chosen), label=label, file=sys.stderr)
+            if show_bar
+            else nullcontext(None)
+        )
+        with bar as progress:
             return await replay(
                 conn,
                 chosen,
@@ -388,7 +393,7 @@ def dlq_replay(
                 attempts=attempts,
                 rate_per_s=rate,
                 dry_run=dry_run,
-                on_progress=bar.update,
+                on_progress=None if progress is None else progress.update,
             )
 
     try:
@@ -435,15 +440,23 @@ def dlq_audit(limit: int, as_json: bool) -> None:
     """The recorded replays, newest first: when, who, filters, counts."""
     from tickwheel.operations.replay import audit
 
-    entries = _with_db(lambda conn: audit(conn, limit))
-    if as_json:
-        _emit_json({"items": entries})
-        return
-    if not entries:
-        click.echo("no replays recorded")
-        return
-    rows = [
-        (
+    _listing(
+        _with_db(lambda conn: audit(conn, limit)),
+        as_json,
+        empty="no replays recorded",
+        headers=(
+            "ID",
+            "STARTED",
+            "OPERATOR",
+            "OUTCOME",
+            "SELECTED",
+            "REPLAYED",
+            "SKIPPED",
+            "REFUSED",
+            "BUDGET",
+            "FILTERS",
+        ),
+        row=lambda e: (
             e["id"],
             e["started_at"],
             e["operator"],
@@ -454,25 +467,7 @@ def dlq_audit(limit: int, as_json: bool) -> None:
             e["refused"],
             e["attempts"] or "job's",
             " ".join(f"{k}={v}" for k, v in e["filters"].items() if v is not None) or "(all)",
-        )
-        for e in entries
-    ]
-    click.echo(
-        table(
-            (
-                "ID",
-                "STARTED",
-                "OPERATOR",
-                "OUTCOME",
-                "SELECTED",
-                "REPLAYED",
-                "SKIPPED",
-                "REFUSED",
-                "BUDGET",
-                "FILTERS",
-            ),
-            rows,
-        )
+        ),
     )
 
 
@@ -508,24 +503,20 @@ def runs_ls(
             conn, tenant=tenant, job_id=job_id, status=status, since_ms=since_ms, limit=limit
         )
     )
-    if as_json:
-        _emit_json({"items": found})
-        return
-    if not found:
-        click.echo("no runs match")
-        return
-    rows = [
-        (
+    _listing(
+        found,
+        as_json,
+        empty="no runs match",
+        headers=("SCHEDULED AT", "RUN KEY", "STATUS", "ATTEMPT", "ORIGIN", "ERROR"),
+        row=lambda r: (
             r["scheduled_at"],
             r["run_key"],
             r["status"],
             f"{r['attempt']}/{r['max_attempts']}",
             r["origin"],
             r["last_error"] or r["skip_reason"],
-        )
-        for r in found
-    ]
-    click.echo(table(("SCHEDULED AT", "RUN KEY", "STATUS", "ATTEMPT", "ORIGIN", "ERROR"), rows))
+        ),
+    )
 
 
 @_command(runs, "show")
@@ -568,14 +559,12 @@ def jobs_ls(tenant: str | None, status: str | None, limit: int, as_json: bool) -
     from tickwheel.operations.jobs import list_jobs
 
     found = _with_db(lambda conn: list_jobs(conn, tenant=tenant, status=status, limit=limit))
-    if as_json:
-        _emit_json({"items": found})
-        return
-    if not found:
-        click.echo("no jobs match")
-        return
-    rows = [
-        (
+    _listing(
+        found,
+        as_json,
+        empty="no jobs match",
+        headers=("JOB", "KIND", "SCHEDULE / AT", "STATUS", "PRIORITY", "NEXT RUN", "VERSION"),
+        row=lambda j: (
             j["job"],
             j["kind"],
             j["schedule"] or j["at"],
@@ -583,11 +572,7 @@ def jobs_ls(tenant: str | None, status: str | None, limit: int, as_json: bool) -
             j["priority"],
             j["next_run_at"],
             j["version"],
-        )
-        for j in found
-    ]
-    click.echo(
-        table(("JOB", "KIND", "SCHEDULE / AT", "STATUS", "PRIORITY", "NEXT RUN", "VERSION"), rows)
+        ),
     )
 
 
