@@ -17,7 +17,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 import orjson
@@ -29,6 +29,9 @@ from tickwheel.operations.errors import BadInput, OperationsError, Unavailable
 from tickwheel.schedule.cli import _OneLineErrors as OneLineCommand  # one home for it
 from tickwheel.schedule.errors import ScheduleError
 from tickwheel.schedule.instants import parse_instant
+
+if TYPE_CHECKING:  # imported where used: `tickwheel --help` need not load Kafka's client
+    from tickwheel.operations.dlq import DlqFilter, Letter, Malformed
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -225,14 +228,14 @@ def dlq() -> None:
 
 def _dlq_filter(
     since: str | None, job_id: str | None, tenant: str | None, error: str | None, limit: int | None
-) -> Any:
+) -> DlqFilter:
     from tickwheel.operations.dlq import DlqFilter
 
     since_ms = None if since is None else parse_since(since, now_ms())
     return DlqFilter(since_ms, job_id, tenant, error, limit)
 
 
-def _read_selected(settings: Settings, flt: Any) -> tuple[list[Any], list[Any]]:
+def _read_selected(settings: Settings, flt: DlqFilter) -> tuple[list[Letter], list[Malformed]]:
     """The dead letters `flt` selects, and the messages that were not dead letters."""
     from tickwheel.operations.dlq import read_dead_letters, select
     from tickwheel.topics import Topics

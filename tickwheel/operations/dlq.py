@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tickwheel.clock import format_ms
 from tickwheel.envelopes import DeadLetter, EnvelopeError
@@ -163,7 +163,7 @@ def read_dead_letters(
 
 
 def _start_offsets(
-    reader: Any, bootstrap: str, topic: str, since_ms: int | None, timeout_s: float
+    reader: Consumer, bootstrap: str, topic: str, since_ms: int | None, timeout_s: float
 ) -> dict[int, tuple[int, int]]:
     """{partition: (first offset to read, high watermark)} of the partitions with work."""
     meta = reader.list_topics(topic, timeout=timeout_s)
@@ -192,7 +192,11 @@ def _start_offsets(
 
 
 def _read(
-    reader: Any, bootstrap: str, topic: str, starts: dict[int, tuple[int, int]], timeout_s: float
+    reader: Consumer,
+    bootstrap: str,
+    topic: str,
+    starts: dict[int, tuple[int, int]],
+    timeout_s: float,
 ) -> tuple[list[Letter], list[Malformed]]:
     letters: list[Letter] = []
     malformed: list[Malformed] = []
@@ -202,22 +206,19 @@ def _read(
     remaining = set(starts)
     last_progress = time.monotonic()
     while remaining:
-        batch = reader.consume(CONSUME_BATCH, POLL_S)
-        if not batch:
-            if time.monotonic() - last_progress > timeout_s:
-                raise Unavailable(f"{_silent(bootstrap, timeout_s)} while reading {topic}")
-            continue
-        last_progress = time.monotonic()
-        for msg in batch:
-            partition = msg.partition()
-            err = msg.error()
+        if time.monotonic() - last_progress > timeout_s:
+            raise Unavailable(f"{_silent(bootstrap, timeout_s)} while reading {topic}")
+        for msg in reader.consume(CONSUME_BATCH, POLL_S):
+            partition, offset, err = msg.partition(), msg.offset(), msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     remaining.discard(partition)
                 elif err.fatal():
                     raise KafkaException(err)
-                continue  # transient: librdkafka retries by itself
-            offset = msg.offset()
+                continue  # transient: librdkafka retries by itself (and it is no progress)
+            if partition is None or offset is None:  # set on every message; for the checker
+                continue
+            last_progress = time.monotonic()
             high = starts[partition][1]
             if offset >= high:  # written after the scan began: not ours to read
                 remaining.discard(partition)
