@@ -8,11 +8,14 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install demo test unit lint typecheck check down clean
 
+# An editable install of our layout (folders mapped into tickwheel.*) always draws setuptools'
+# informational "Editable installation" notice; it is filtered by its text, so that any other
+# build warning still shows.
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tickwheel needs Python 3.11+; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -23,11 +23,11 @@ from typing import Any
 
 import asyncpg
 import orjson
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from tickwheel import db
 from tickwheel.config import load_settings
-from tickwheel.kafka import create_topics, delete_topics, producer
+from tickwheel.kafka import consumer, create_topics, delete_topics, producer
 from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import tune_gc
@@ -63,7 +63,7 @@ def _registration(tenant: str, i: int) -> bytes:
 
 
 def _committed_total(kafka: str, group: str, topic: str) -> int:
-    cons = Consumer({"bootstrap.servers": kafka, "group.id": group})
+    cons = consumer(kafka, group, **{"enable.auto.commit": False})
     try:
         tps = cons.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
         return sum(max(0, tp.offset) for tp in tps)

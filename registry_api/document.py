@@ -15,11 +15,11 @@ import math
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from tickwheel.registry_api.targets import TargetError, check_headers, check_target_url
 from tickwheel.schedule import ScheduleCache, ScheduleError, parse_at
 from tickwheel.sharding import shard_of
 
@@ -112,6 +112,28 @@ class JobValidationError(ValueError):
         self.problems = problems
 
 
+# An explicit version (a Kafka registration's `version`) is an integer from VERSION_MIN to
+# VERSION_MAX. 2^53 - 1 is the largest integer every JSON reader holds exactly (JavaScript's
+# Number.MAX_SAFE_INTEGER), and it leaves the stored bigint (up to 2^63 - 1) room for more
+# than 9 * 10^18 bumps after it, so no job's version can ever overflow.
+VERSION_MIN = 1
+VERSION_MAX = 2**53 - 1
+
+
+def check_version(version: int | None) -> None:
+    """JobValidationError (field `version`) unless `version` is None or within the bounds."""
+    if version is not None and not VERSION_MIN <= version <= VERSION_MAX:
+        shown = str(version) if abs(version) < 10**30 else f"a {len(str(version))}-digit number"
+        raise JobValidationError(
+            [
+                FieldProblem(
+                    "version",
+                    f"must be an integer from {VERSION_MIN} to {VERSION_MAX}, not {shown}",
+                )
+            ]
+        )
+
+
 @dataclass(frozen=True)
 class Limits:
     """The operator's limits a job document is checked against."""
@@ -199,27 +221,6 @@ def _pydantic_problems(exc: ValidationError) -> list[FieldProblem]:
     return problems
 
 
-def _target_allowed(url: str, allowlist: tuple[str, ...]) -> bool:
-    """Same scheme, host and port as an allowlist entry, and a path below the entry's path."""
-    parts = urlsplit(url)
-    # A dot segment (also percent-encoded) would let "/hooks/../admin" pass a "/hooks" prefix.
-    segments = parts.path.replace("%2e", ".").replace("%2E", ".").split("/")
-    if any(segment in (".", "..") for segment in segments):
-        return False
-    for entry in allowlist:
-        allowed = urlsplit(entry)
-        if (parts.scheme, parts.hostname, parts.port) != (
-            allowed.scheme,
-            allowed.hostname,
-            allowed.port,
-        ):
-            continue
-        base = allowed.path if allowed.path.endswith("/") else allowed.path + "/"
-        if allowed.path in ("", "/") or parts.path == allowed.path or parts.path.startswith(base):
-            return True
-    return False
-
-
 def parse_document(raw: Any) -> JobDocument:
     """Check the shape of a raw job document (a dict from JSON)."""
     if not isinstance(raw, dict):
@@ -230,7 +231,9 @@ def parse_document(raw: Any) -> JobDocument:
         raise JobValidationError(_pydantic_problems(exc)) from None
 
 
-JSON_MAX_DEPTH = 64  # nesting levels a document may have (orjson itself stops at 255)
+# Nesting levels a JSON value (a payload) may have: each array or object is one level, the
+# outermost included, whatever it holds (orjson itself stops at 255).
+JSON_MAX_DEPTH = 64
 INT64_MIN, UINT64_MAX = -(2**63), 2**64 - 1  # the integers orjson can write
 
 
@@ -252,7 +255,8 @@ def storable_problems(value: Any, path: str = "") -> list[FieldProblem]:
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]
     while stack and len(problems) < 10:
         item, where, depth = stack.pop()
-        if depth > JSON_MAX_DEPTH:
+        if isinstance(item, (dict, list)) and depth >= JSON_MAX_DEPTH:
+            # `depth` containers enclose this one: it is level depth + 1.
             problems.append(FieldProblem(where, f"nests deeper than {JSON_MAX_DEPTH} levels"))
         elif isinstance(item, str):
             if (message := _string_problem(item)) is not None:
@@ -370,23 +374,13 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
         )
     if doc.target is not None:
         try:
-            parts = urlsplit(doc.target.url)
-        except ValueError:  # e.g. an unclosed IPv6 bracket
-            parts = urlsplit("")
-        try:
-            _ = parts.port  # raises for a port out of range or not a number
-            valid_url = parts.scheme in ("http", "https") and bool(parts.hostname)
-        except ValueError:
-            valid_url = False
-        if not valid_url:
-            problems.append(FieldProblem("target.url", "must be an absolute http(s) URL"))
-        elif not _target_allowed(doc.target.url, limits.target_allowlist):
-            problems.append(
-                FieldProblem(
-                    "target.url",
-                    "is not in the operator's target allowlist (TICKWHEEL_TARGET_ALLOWLIST)",
-                )
-            )
+            url = check_target_url(doc.target.url, limits.target_allowlist)
+            check_headers(doc.target.headers)
+        except TargetError as exc:
+            problems.append(FieldProblem(exc.field, exc.message))
+        else:
+            if url != doc.target.url:  # store (and compare) the URL as servers will read it
+                doc = doc.model_copy(update={"target": doc.target.model_copy(update={"url": url})})
     if problems:
         raise JobValidationError(problems)
     spec = JobSpec(tenant=tenant, document=doc, shard_id=shard_of(tenant, doc.id, limits.shards))

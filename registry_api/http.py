@@ -43,8 +43,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.auth import AuthProblem, KeyCache, authenticate
+from tickwheel.registry_api.body import authenticated_first
 from tickwheel.registry_api.document import (
     JOB_ID_PATTERN,
+    VERSION_MAX,
     Backoff,
     Dst,
     FieldProblem,
@@ -60,6 +62,7 @@ from tickwheel.registry_api.document import (
 )
 from tickwheel.registry_api.state import Op, Outcome
 from tickwheel.registry_api.store import PAGE_LIMIT_MAX, JobView, RegistryStore, RunView, now_ms
+from tickwheel.runtime import PartState
 from tickwheel.schedule.cron import MAX_AFTER_MS, MIN_AFTER_MS
 
 log = logging.getLogger(__name__)
@@ -99,7 +102,14 @@ class Job(JobDocument):
         ..., description="next scheduled instant, ISO-8601 UTC; null when nothing is due"
     )
     status: JobStatus
-    version: int = Field(..., ge=1, description="bumped by every change")
+    version: int = Field(
+        ...,
+        ge=1,
+        description=(
+            "starts at 1 and is bumped by every change; an explicit version (Kafka "
+            f"registrations) is an integer from 1 to {VERSION_MAX} (2^53 - 1)"
+        ),
+    )
     created_at: str = Field(..., description="ISO-8601 UTC")
     updated_at: str = Field(..., description="ISO-8601 UTC")
 
@@ -139,9 +149,35 @@ class ValidationErrorBody(BaseModel):
     detail: list[FieldError]
 
 
+class PartHealth(BaseModel):
+    alive: bool
+    error: str | None = Field(None, description="why the part died")
+    updated_at: str = Field(..., description="ISO-8601 UTC of the part's last report")
+    detail: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the part's own state; the intake: consuming, last_batch_at, partitions, "
+        "failing, last_error",
+    )
+
+
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     detail: str | None = None
+    parts: dict[str, PartHealth] = Field(
+        default_factory=dict, description="each long-running part of the process"
+    )
+
+
+def parts_body(parts: Mapping[str, PartState]) -> dict[str, Any]:
+    return {
+        name: {
+            "alive": part.alive,
+            "error": part.error,
+            "updated_at": iso_ms(int(part.updated_at * 1000)),
+            "detail": dict(part.detail),
+        }
+        for name, part in parts.items()
+    }
 
 
 def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -513,10 +549,19 @@ CursorParam = Annotated[
 ]
 
 
+async def _authenticate(request: Request) -> None:
+    await authenticate(request.headers.get("authorization"), request.app.state.keys)
+
+
 def create_app(
-    store: RegistryStore, limits: Limits, *, clock: Callable[[], int] = now_ms
+    store: RegistryStore,
+    limits: Limits,
+    *,
+    clock: Callable[[], int] = now_ms,
+    parts: Mapping[str, PartState] | None = None,
 ) -> FastAPI:
-    """The registry HTTP API over `store`; `clock` gives now in UTC milliseconds."""
+    """The registry HTTP API over `store`; `clock` gives now in UTC milliseconds; `parts`, the
+    process's health records, are reported (and a dead one fails) by /healthz."""
     metrics = Metrics()
     app = FastAPI(
         title="tickwheel registry",
@@ -524,6 +569,8 @@ def create_app(
         description="Register, inspect and control scheduled jobs (see docs/API.md).",
     )
     app.state.keys = KeyCache(store.tenant_for_key)
+    # Routes with a body authenticate before reading it, and read it strictly (body.py).
+    app.router.route_class = authenticated_first(_authenticate)
     max_body = max(BODY_MIN_BYTES, 2 * limits.payload_limit_bytes + BODY_OVERHEAD_BYTES)
     app.add_middleware(Observe, metrics=metrics, max_body_bytes=max_body)
 
@@ -689,7 +736,8 @@ def create_app(
             ),
         ],
     ) -> Response:
-        if problems := storable_problems(patch):
+        # Field by field, so that each field's nesting counts from the field itself.
+        if problems := [p for name, value in patch.items() for p in storable_problems(value, name)]:
             raise JobValidationError(problems)
         for _ in range(PATCH_RETRIES):
             view = await current(tenant, job_id)
@@ -790,10 +838,26 @@ def create_app(
         "/healthz",
         response_model=Health,
         tags=["operations"],
-        summary="Liveness and database reachability (no auth)",
-        responses={503: {"model": Health, "description": "the database does not answer"}},
+        summary="Each part's state and database reachability (no auth)",
+        responses={
+            503: {
+                "model": Health,
+                "description": "a part has died, or the database does not answer",
+            }
+        },
     )
     async def healthz() -> Response:
+        reported = parts_body(parts or {})
+        dead = sorted(name for name, part in reported.items() if not part["alive"])
+        if dead:
+            return JsonResponse(
+                {
+                    "status": "unavailable",
+                    "detail": f"part(s) {', '.join(dead)} ended; the process is stopping",
+                    "parts": reported,
+                },
+                status_code=503,
+            )
         try:
             await asyncio.wait_for(store.pool.fetchval(QUERIES["health_check"]), HEALTH_TIMEOUT_S)
         except (TimeoutError, *_DB_UNAVAILABLE, asyncpg.PostgresError) as exc:
@@ -801,10 +865,11 @@ def create_app(
                 {
                     "status": "unavailable",
                     "detail": f"the database does not answer ({type(exc).__name__})",
+                    "parts": reported,
                 },
                 status_code=503,
             )
-        return JsonResponse({"status": "ok"})
+        return JsonResponse({"status": "ok", "parts": reported})
 
     @app.get(
         "/metrics",

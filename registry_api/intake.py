@@ -8,47 +8,87 @@ what makes a crash at any point lose nothing and apply nothing twice in effect (
     2. apply all ops in one database transaction (store.apply): per-job order is the topic's
        order, and a job remembers the position of the last message applied to it, so a
        redelivered message is a no-op (`replay`);
-    3. publish the rejections (including ops the database refused: unknown job, conflict) and
-       wait until the broker has acknowledged every one;
+    3. publish the rejections (including ops the database refused: unknown job, conflict, a
+       stale version) and wait until the broker has acknowledged every one;
     4. only then store the batch's offsets; the consumer commits stored offsets in the
        background (tickwheel/kafka.py), never per message synchronously.
 
 A crash before 4 redelivers the batch: step 2 is then a no-op for what was applied, and step 3
 may publish a rejection again (the rejected topic is at-least-once; its `source` position
-identifies duplicates). A failing database or broker makes the loop seek back to the batch's
-first offsets and retry with backoff, so nothing is skipped.
+identifies duplicates). A database or broker that is unavailable makes the loop seek back to
+the batch's first offsets and retry with backoff, so nothing is skipped.
+
+One message can never stop the loop (I7): every message ends applied or rejected.
+- Decoding and validating guard each message: an unforeseen exception rejects that message.
+- The tenant lookup of step 1 and the write of step 2 tell "this input" from "this moment"
+  (`tickwheel.db.is_data_error`): a batch refused for its data, or failing with an exception
+  that is not the database being unavailable, is applied op by op, and the op at fault is
+  rejected alone; only an unavailable database or broker retries the batch.
+- A rejection always fits in one message (`Rejection.fitted`, sized by the producer's
+  `message.max.bytes`): an original too large to quote whole is cut, with its size and digest.
+Anything that still escapes the loop (a fatal consumer error, a bug in the loop itself) ends
+the part with its traceback; the process runner then stops the process non-zero (I9).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime as dt
+import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import asyncpg
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
+from tickwheel.db import is_data_error
 from tickwheel.envelopes import EnvelopeError, Registration, Rejection
-from tickwheel.faults import crash_point
+from tickwheel.faults import crash_point, fail_point
 from tickwheel.kafka import BatchConsumer, Outgoing, PublishError, publish_confirmed
 from tickwheel.registry_api.document import (
     JobValidationError,
     Limits,
+    check_version,
     parse_document,
     validate_job,
 )
 from tickwheel.registry_api.state import Op, Outcome
 from tickwheel.registry_api.store import Applied, RegistryStore
+from tickwheel.runtime import PartState
 
 log = logging.getLogger("tickwheel.registry.intake")
 
 RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # seconds, then stays at the last
 REFUSED = {Outcome.NOT_FOUND: "no such job", Outcome.CONFLICT: "not allowed in the job's status"}
-# SQLSTATE classes that mean "this data", not "this moment": data exception, integrity
-# violation, program limit. A batch failing so is applied op by op to isolate the culprit.
-DATA_ERROR_CLASSES = ("22", "23", "54")
+# librdkafka's default `message.max.bytes`, set explicitly on the rejections' producer
+# (service.make_intake): the size a rejection (key, value and record overhead) must stay under.
+PRODUCER_MESSAGE_MAX_BYTES = 1_000_000
+# What a record adds to its key and value in librdkafka's size check (v2 record overhead is
+# under 100 bytes); the rest of the margin is slack.
+RECORD_OVERHEAD_BYTES = 512
+# A key longer than this is replaced by `sha256:<hex>` on the rejected topic: the key must not
+# crowd out the reason. Job ids are at most 128 characters, so only garbage is affected.
+REJECTION_KEY_MAX_BYTES = 4096
+# When the broker refuses a rejection as too large anyway (a topic limit below ours), it is
+# sent again in a message at most this large: room for the longest reason (2,000 characters,
+# 12 KB if every one is JSON-escaped), the longest key and the original's size and digest.
+REJECTION_FALLBACK_BYTES = 32 * 1024
+_UNAVAILABLE = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    OSError,
+    TimeoutError,
+    PublishError,  # the broker did not acknowledge: retry the batch
+    KafkaException,
+)
+
+
+def retryable(exc: BaseException) -> bool:
+    """The database or the network failing, not the input: retry the batch as it is."""
+    return isinstance(exc, _UNAVAILABLE) and not is_data_error(exc)
 
 
 @dataclass
@@ -76,8 +116,31 @@ class _Prepared:
     rejected: list[_Rejected] = field(default_factory=list)
 
 
+def refusal(applied: Applied) -> str | None:
+    """Why the database side refused an op (a rejection's reason), or None if it applied."""
+    op = applied.op
+    if applied.outcome is Outcome.STALE:
+        stored = applied.job.version if applied.job is not None else "?"
+        return (
+            f"stale: version {op.version} of job {op.job_id!r} is not newer than the stored "
+            f"version {stored}"
+        )
+    if applied.outcome in REFUSED:
+        return f"{op.kind} of job {op.job_id!r}: {REFUSED[applied.outcome]}"
+    return None
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 class RegistrationIntake:
-    """Consumes registrations; owns its consumer and the producer of rejections."""
+    """Consumes registrations; owns its consumer and the producer of rejections.
+
+    `health` is this part's record for /healthz: `consuming` (the loop runs and its last batch
+    settled), `last_batch_at`, `partitions` (held, as `topic[n]`), `failing` (batches failed in
+    a row, retried with backoff) and `last_error`.
+    """
 
     def __init__(
         self,
@@ -88,16 +151,45 @@ class RegistrationIntake:
         registrations_topic: str,
         rejected_topic: str,
         batch_size: int,
+        *,
+        message_max_bytes: int = PRODUCER_MESSAGE_MAX_BYTES,
+        health: PartState | None = None,
     ) -> None:
         self.store = store
         self.limits = limits
-        self.source = BatchConsumer(consumer, [registrations_topic], batch_size, name="intake")
+        self.health = health if health is not None else PartState("intake")
+        self.health.report(consuming=False, last_batch_at=None, partitions=[], failing=0)
+        self._partitions: set[tuple[str, int]] = set()
+        self.source = BatchConsumer(
+            consumer,
+            [registrations_topic],
+            batch_size,
+            name="intake",
+            on_assign=self._assigned,
+            on_revoke=self._revoked,
+        )
         self.producer = producer
         self.rejected_topic = rejected_topic
+        self.message_max_bytes = message_max_bytes
         self._tenants: set[str] = set()
+        self._committing: asyncio.Task[BatchReport] | None = None
         # Called with each settled batch's report (metrics, benchmarks).
         self.on_batch: Callable[[BatchReport], None] | None = None
         self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-validate")
+
+    # Rebalance callbacks (on the consumer's I/O thread): incremental with cooperative-sticky.
+
+    def _assigned(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+        self._partitions |= {(tp.topic, tp.partition) for tp in partitions}
+        self._report_partitions()
+
+    def _revoked(self, _: Consumer, partitions: list[TopicPartition]) -> None:
+        self._partitions -= {(tp.topic, tp.partition) for tp in partitions}
+        self._report_partitions()
+
+    def _report_partitions(self) -> None:
+        held = sorted(self._partitions)
+        self.health.report(partitions=[f"{topic}[{n}]" for topic, n in held])
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume and apply until `stop`; two batches in flight at most.
@@ -107,29 +199,74 @@ class RegistrationIntake:
         always settles (offsets stored, or a rewind) before N+1 is handed to the database, so
         offsets are stored in order and never ahead of the database (I5).
         """
+        self.health.report(consuming=True)
+        try:
+            await self._loop(stop)
+        finally:
+            self.health.report(consuming=False)
+
+    async def _loop(self, stop: asyncio.Event) -> None:
+        try:
+            await self._batches(stop)
+        finally:
+            # The loop is dying: let the batch under way settle before the consumer closes
+            # (its failure changes nothing: what it did not commit is redelivered).
+            if self._committing is not None:
+                with contextlib.suppress(Exception):
+                    await self._committing
+
+    async def _batches(self, stop: asyncio.Event) -> None:
         failures = 0
         inflight: tuple[list[Message], asyncio.Task[BatchReport]] | None = None
         while inflight is not None or not stop.is_set():
+            fail_point("intake_loop")
             messages: list[Message] = [] if stop.is_set() else await self.source.batch()
-            prepared = await self.prepare(messages) if messages else None
+            prepared: _Prepared | None = None
+            unprepared: BaseException | None = None
+            try:
+                prepared = await self.prepare(messages) if messages else None
+            except Exception as exc:
+                if not retryable(exc):
+                    raise
+                unprepared = exc
             if inflight is not None:
                 batch, task = inflight
                 inflight = None
                 try:
                     report = await task
-                    failures = 0
-                    log.info("registrations batch", extra={"batch": report.__dict__})
-                    if self.on_batch is not None:
-                        self.on_batch(report)
-                except Exception:
+                except Exception as exc:
+                    if not retryable(exc):
+                        raise
                     log.exception("registration batch failed; rewinding to retry it")
                     # The batch consumed meanwhile lies after the failed one: drop it too.
                     await self.source.rewind([*batch, *messages])
-                    await asyncio.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S) - 1)])
-                    failures += 1
+                    failures = await self._back_off(failures, exc)
                     continue
+                failures = 0
+                self.health.report(
+                    consuming=True, failing=0, last_error=None, last_batch_at=_now_iso()
+                )
+                log.info("registrations batch", extra={"batch": report.__dict__})
+                if self.on_batch is not None:
+                    self.on_batch(report)
+            if unprepared is not None:
+                log.error(
+                    "registration batch could not be prepared; rewinding to retry it",
+                    exc_info=unprepared,
+                )
+                await self.source.rewind(messages)
+                failures = await self._back_off(failures, unprepared)
+                continue
             if prepared is not None:
-                inflight = (messages, asyncio.create_task(self.commit(prepared)))
+                self._committing = asyncio.create_task(self.commit(prepared))
+                inflight = (messages, self._committing)
+
+    async def _back_off(self, failures: int, exc: BaseException) -> int:
+        self.health.report(
+            consuming=False, failing=failures + 1, last_error=f"{type(exc).__name__}: {exc}"
+        )
+        await asyncio.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S) - 1)])
+        return failures + 1
 
     async def close(self) -> None:
         # close() commits the stored offsets (and only those) and leaves the group.
@@ -184,10 +321,26 @@ class RegistrationIntake:
 
     async def _known_tenants(self, names: set[str]) -> set[str]:
         """Tenants that exist, from a process-lifetime cache of positive answers (tenants are
-        never deleted); only names not seen yet cost a query."""
+        never deleted); only names not seen yet cost a query.
+
+        A name the database cannot even compare (a NUL character) names no tenant: when the
+        batch's lookup is refused for its data, each name is looked up alone, and one refused
+        so is unknown (its messages are rejected as from an unknown tenant).
+        """
         unseen = names - self._tenants
-        if unseen:
+        if not unseen:
+            return names & self._tenants
+        try:
             self._tenants |= await self.store.existing_tenants(sorted(unseen))
+        except Exception as exc:
+            if not is_data_error(exc):
+                raise
+            for name in sorted(unseen):
+                try:
+                    self._tenants |= await self.store.existing_tenants([name])
+                except Exception as one:
+                    if not is_data_error(one):
+                        raise
         return names & self._tenants
 
     async def commit(self, prepared: _Prepared) -> BatchReport:
@@ -197,21 +350,20 @@ class RegistrationIntake:
         if ops:
             try:
                 results: list[Applied | None] = list(await self.store.apply(ops))
-            except asyncpg.PostgresError as exc:
-                if str(getattr(exc, "sqlstate", ""))[:2] not in DATA_ERROR_CLASSES:
+            except Exception as exc:
+                if retryable(exc):
                     raise
-                log.warning("batch refused by the database; applying op by op", exc_info=True)
+                log.warning(
+                    "batch refused (%s); applying op by op", type(exc).__name__, exc_info=True
+                )
                 results = await self._apply_singly(ops, op_messages, rejected)
             for msg, applied in zip(op_messages, results, strict=True):
                 if applied is None:
                     continue
                 outcome = applied.outcome
                 report.outcomes[outcome.value] = report.outcomes.get(outcome.value, 0) + 1
-                if outcome in REFUSED:
-                    op = applied.op
-                    rejected.append(
-                        _Rejected(msg, f"{op.kind} of job {op.job_id!r}: {REFUSED[outcome]}")
-                    )
+                if (reason := refusal(applied)) is not None:
+                    rejected.append(_Rejected(msg, reason))
         crash_point("intake_after_db")
         if rejected:
             loop = asyncio.get_running_loop()
@@ -224,45 +376,72 @@ class RegistrationIntake:
     async def _apply_singly(
         self, ops: list[Op], messages: list[Message], rejected: list[_Rejected]
     ) -> list[Applied | None]:
-        """Apply ops one transaction each; a data error rejects that message alone (I7)."""
+        """Apply ops one transaction each; one the database refuses (or that raises anything
+        but unavailability) rejects its message alone (I7)."""
         results: list[Applied | None] = []
         for op, msg in zip(ops, messages, strict=True):
             try:
                 results.extend(await self.store.apply([op]))
-            except asyncpg.PostgresError as exc:
-                if str(getattr(exc, "sqlstate", ""))[:2] not in DATA_ERROR_CLASSES:
+            except Exception as exc:
+                if retryable(exc):
                     raise
-                rejected.append(_Rejected(msg, f"the database refused it: {exc}"))
+                if is_data_error(exc):
+                    reason = f"the database refused it: {exc}"
+                else:
+                    log.exception("applying a registration raised %s", type(exc).__name__)
+                    reason = f"could not be applied: {type(exc).__name__}: {exc}"
+                rejected.append(_Rejected(msg, reason))
                 results.append(None)
         return results
 
     def _op(self, msg: Message, reg: Registration, known: set[str], now_ms: int) -> Op:
         if reg.tenant not in known:
             raise EnvelopeError(f"tenant {reg.tenant!r} does not exist")
+        check_version(reg.version)
         source = (msg.partition() or 0, msg.offset() or 0)
         if reg.op == "upsert":
             doc = parse_document(reg.job)
             spec = validate_job(reg.tenant, doc, self.limits, now_ms)
-            return Op("upsert", reg.tenant, doc.id, spec=spec, version=reg.version, source=source)
+            return Op(
+                "upsert", reg.tenant, spec.job_id, spec=spec, version=reg.version, source=source
+            )
         assert reg.id is not None
         return Op(reg.op, reg.tenant, reg.id, version=reg.version, source=source)
 
     # Kafka side ------------------------------------------------------------------------------
 
+    def _rejection_key(self, message: Message) -> bytes | None:
+        key = message.key()
+        if isinstance(key, str):
+            key = key.encode()
+        if key is not None and len(key) > REJECTION_KEY_MAX_BYTES:
+            return b"sha256:" + hashlib.sha256(key).hexdigest().encode()
+        return key
+
+    def _outgoing(self, item: _Rejected, max_bytes: int) -> Outgoing:
+        key = self._rejection_key(item.message)
+        rejection = Rejection.fitted(
+            item.reason,
+            item.message.partition() or 0,
+            item.message.offset() or 0,
+            item.message.value() or b"",
+            max_bytes - RECORD_OVERHEAD_BYTES - len(key or b""),
+        )
+        return Outgoing(self.rejected_topic, key=key, value=rejection.encode())
+
     def _publish_rejections(self, rejected: list[_Rejected]) -> None:
-        outgoing = [
-            Outgoing(
-                self.rejected_topic,
-                key=item.message.key(),
-                value=Rejection(
-                    reason=item.reason,
-                    partition=item.message.partition() or 0,
-                    offset=item.message.offset() or 0,
-                    original=item.message.value() or b"",
-                ).encode(),
-            )
-            for item in rejected
-        ]
+        outgoing = [self._outgoing(item, self.message_max_bytes) for item in rejected]
         failed = publish_confirmed(self.producer, outgoing)
+        too_large = [i for i, error in failed.items() if "MSG_SIZE_TOO_LARGE" in error]
+        if too_large:
+            # Something on the way (the topic's max.message.bytes) allows less than our
+            # producer: send these again quoting only the original's size and digest.
+            log.warning("%d rejection(s) refused as too large; resending cut", len(too_large))
+            again = publish_confirmed(
+                self.producer,
+                [self._outgoing(rejected[i], REJECTION_FALLBACK_BYTES) for i in too_large],
+            )
+            failed = {i: e for i, e in failed.items() if i not in too_large}
+            failed.update({too_large[j]: error for j, error in again.items()})
         if failed:
             raise PublishError(failed)

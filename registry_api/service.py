@@ -1,20 +1,31 @@
-"""The `tickwheel registry` process: the HTTP API and the registration intake on one loop."""
+"""The `tickwheel registry` process: the HTTP API and the registration intake on one loop.
+
+Both are parts of one `tickwheel.runtime.Process`: SIGINT/SIGTERM stop them together (the
+intake finishes its batch and commits), and a part that dies — the intake's loop raising, the
+HTTP server failing to bind — is logged with its traceback and ends the process with exit
+code 1 (I9). `/healthz` reads the parts' health records.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import signal
 import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from tickwheel import db
 from tickwheel.config import Settings
 from tickwheel.kafka import consumer, producer
 from tickwheel.registry_api.document import Limits
-from tickwheel.registry_api.intake import RegistrationIntake
+from tickwheel.registry_api.intake import PRODUCER_MESSAGE_MAX_BYTES, RegistrationIntake
 from tickwheel.registry_api.store import RegistryStore
-from tickwheel.runtime import tune_gc
+from tickwheel.runtime import PartState, Process, tune_gc
 from tickwheel.topics import Topics
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger("tickwheel.registry")
 
@@ -32,7 +43,9 @@ def intake_group(settings: Settings) -> str:
     return f"{settings.topic_prefix}.registry"
 
 
-def make_intake(store: RegistryStore, settings: Settings) -> RegistrationIntake:
+def make_intake(
+    store: RegistryStore, settings: Settings, health: PartState | None = None
+) -> RegistrationIntake:
     topics = Topics(settings.topic_prefix)
     return RegistrationIntake(
         store,
@@ -45,50 +58,76 @@ def make_intake(store: RegistryStore, settings: Settings) -> RegistrationIntake:
                 "session.timeout.ms": settings.kafka_session_timeout_ms,
             },
         ),
-        producer(settings.effective_kafka),
+        # Set explicitly: the intake sizes every rejection to fit under it.
+        producer(settings.effective_kafka, **{"message.max.bytes": PRODUCER_MESSAGE_MAX_BYTES}),
         topics.registrations,
         topics.rejected,
         settings.intake_batch,
+        message_max_bytes=PRODUCER_MESSAGE_MAX_BYTES,
+        health=health,
     )
+
+
+def http_server(app: object, host: str, port: int) -> uvicorn.Server:
+    """uvicorn, minus its own signal handling: SIGINT/SIGTERM belong to the process runner
+    (uvicorn's would end the HTTP part before the process is told to stop: a "death")."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return Server(
+        uvicorn.Config(
+            app,  # type: ignore[arg-type]
+            host=host,
+            port=port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+        )
+    )
+
+
+async def run_http(server: uvicorn.Server, stop: asyncio.Event) -> None:
+    """Serve until `stop`; a server that cannot start raises (uvicorn would exit instead)."""
+
+    async def stop_when_asked() -> None:
+        await stop.wait()
+        server.should_exit = True
+
+    watcher = asyncio.create_task(stop_when_asked())
+    try:
+        await server.serve()
+    except SystemExit as exc:  # uvicorn's answer to a port in use or another start-up failure
+        raise RuntimeError(
+            f"the HTTP server could not start on {server.config.host}:{server.config.port} "
+            f"(see the error logged before; exit status {exc.code})"
+        ) from None
+    finally:
+        watcher.cancel()
 
 
 async def serve(
     settings: Settings, host: str, port: int, *, http: bool = True, intake: bool = True
-) -> None:
-    """Run until SIGINT/SIGTERM; the intake finishes its batch and commits before exiting."""
-    import uvicorn
-
+) -> int:
+    """Run until SIGINT/SIGTERM or a part's death; return the process's exit code."""
     tune_gc()
+    process = Process("registry")
     pool = await db.create_pool(settings.effective_dsn, min_size=2, max_size=10)
+    process.on_close(pool.close)
     store = RegistryStore(pool, settings.shards)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    tasks: list[asyncio.Task[None]] = []
-    server = None
-    taker = None
     if intake:
-        taker = make_intake(store, settings)
-        tasks.append(asyncio.create_task(taker.run(stop), name="intake"))
+        taker = make_intake(store, settings, health=process.state("intake"))
+        process.on_close(taker.close)
+        process.spawn("intake", taker.run(process.stop))
     if http:
         from tickwheel.registry_api.http import create_app
 
-        app = create_app(store, limits_of(settings))
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app, host=host, port=port, log_config=None, access_log=False, lifespan="off"
-            )
-        )
-        tasks.append(asyncio.create_task(server.serve(), name="http"))
+        app = create_app(store, limits_of(settings), parts=process.health)
+        process.spawn("http", run_http(http_server(app, host, port), process.stop))
     log.info("registry started", extra={"host": host, "port": port, "http": http, "intake": intake})
-    try:
-        await stop.wait()
-    finally:
-        if server is not None:
-            server.should_exit = True
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if taker is not None:
-            await taker.close()
-        await pool.close()
-        log.info("registry stopped")
+    code = await process.run()
+    log.info("registry stopped", extra={"exit_code": code})
+    return code

@@ -267,12 +267,14 @@ def registry(host: str, port: int, no_http: bool, no_intake: bool) -> None:
     logs.setup()
     s = settings()
     try:
-        uvloop.run(serve(s, host, port, http=not no_http, intake=not no_intake))
+        code = uvloop.run(serve(s, host, port, http=not no_http, intake=not no_intake))
     except (OSError, asyncpg.PostgresError) as exc:
         fail(
             f"registry cannot start (Postgres at {redact_dsn(s.effective_dsn)}, Kafka at "
             f"{s.effective_kafka}): {type(exc).__name__}: {exc}"
         )
+    # Non-zero when a part died (logged with its traceback): supervisors restart on it.
+    sys.exit(code)
 
 
 @main.group()

@@ -14,6 +14,9 @@ from importlib import resources
 
 import asyncpg
 
+# asyncpg's client-side input error (its public `DataError` is the server's SQLSTATE 22000).
+from asyncpg.exceptions._base import DataError as ClientDataError
+
 from tickwheel.queries import QUERIES
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -112,3 +115,24 @@ def domain_error(exc: asyncpg.PostgresError) -> DomainError | None:
     if name and name in CONSTRAINT_ERRORS:
         return DomainError(*CONSTRAINT_ERRORS[name])
     return None
+
+
+# --- data errors: "this input", never "this moment" -------------------------------------------
+
+# SQLSTATE classes that mean the data is at fault, not the database's state: data exception
+# (22: NUL or untranslatable characters, numeric out of range, …), integrity constraint
+# violation (23), program limit exceeded (54: e.g. a row or an index entry too large).
+DATA_ERROR_CLASSES = ("22", "23", "54")
+
+
+def is_data_error(exc: BaseException) -> bool:
+    """Whether `exc` means "the database cannot take this input" (retrying cannot help).
+
+    Besides the server's SQLSTATE classes above, asyncpg refuses some input on the client
+    before it is sent: its own `DataError` (an `InterfaceError`, so it must be told apart from
+    a broken connection, which is one too) and `OverflowError` from encoding an integer that
+    does not fit the column (e.g. 2^63 into a bigint through binary COPY).
+    """
+    if isinstance(exc, asyncpg.PostgresError):
+        return str(getattr(exc, "sqlstate", "") or "")[:2] in DATA_ERROR_CLASSES
+    return isinstance(exc, (ClientDataError, OverflowError))

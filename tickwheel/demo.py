@@ -21,10 +21,9 @@ from typing import Any
 
 import httpx
 import orjson
-from confluent_kafka import Consumer
 
 from tickwheel.config import Settings
-from tickwheel.kafka import producer
+from tickwheel.kafka import consumer, producer
 from tickwheel.topics import Topics
 
 READY_TIMEOUT_S = 30.0
@@ -125,13 +124,8 @@ def run(settings: Settings, say: Callable[[str], None]) -> None:
 def _find_rejection(settings: Settings, topic: str, original: bytes) -> str:
     import base64
 
-    cons = Consumer(
-        {
-            "bootstrap.servers": settings.effective_kafka,
-            "group.id": f"demo-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
+    cons = consumer(
+        settings.effective_kafka, f"demo-{uuid.uuid4()}", **{"enable.auto.commit": False}
     )
     cons.subscribe([topic])
     try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
+import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -215,31 +217,78 @@ class Registration:
         )
 
 
+# A reason longer than this is cut (with "…"): a reason quotes input (a field path, a key), and
+# input can be as large as the message itself.
+REJECTION_REASON_MAX_CHARS = 2000
+
+
 @dataclass(frozen=True)
 class Rejection:
-    """What `registrations.rejected` holds: the reason, where it came from, the exact bytes."""
+    """What `registrations.rejected` holds: the reason, where it came from, the original bytes.
+
+    `original` is the message exactly as received, unless it would not fit in one message
+    beside the reason: then it is the message's first bytes, `truncated` is true, and
+    `original_size` (bytes) and `original_sha256` (hex) describe the whole message. `fitted`
+    builds a rejection that always fits (DESIGN I7).
+    """
 
     reason: str
     partition: int
     offset: int
     original: bytes = field(repr=False)
+    original_size: int | None = None  # bytes of the whole message; set when truncated
+    original_sha256: str | None = None  # hex SHA-256 of the whole message; set when truncated
+    truncated: bool = False
+
+    @classmethod
+    def fitted(
+        cls, reason: str, partition: int, offset: int, original: bytes, max_bytes: int
+    ) -> Rejection:
+        """A rejection whose encoding is at most `max_bytes`: the reason cut to
+        REJECTION_REASON_MAX_CHARS, the original cut (with its size and digest) if need be."""
+        if len(reason) > REJECTION_REASON_MAX_CHARS:
+            reason = reason[: REJECTION_REASON_MAX_CHARS - 1] + "…"
+        whole = cls(reason, partition, offset, original)
+        # base64 makes 4 bytes of 3: skip encoding what cannot fit anyway.
+        if len(original) // 3 * 4 < max_bytes and len(whole.encode()) <= max_bytes:
+            return whole
+        empty = cls(
+            reason,
+            partition,
+            offset,
+            b"",
+            original_size=len(original),
+            original_sha256=hashlib.sha256(original).hexdigest(),
+            truncated=True,
+        )
+        room = max_bytes - len(empty.encode())
+        if room < 0:
+            raise ValueError(f"a rejection cannot fit in {max_bytes} bytes")
+        return dataclasses.replace(empty, original=original[: room // 4 * 3])
 
     def encode(self) -> bytes:
-        return orjson.dumps(
-            {
-                "reason": self.reason,
-                "source": {"partition": self.partition, "offset": self.offset},
-                "original": base64.b64encode(self.original).decode(),
-            }
-        )
+        body: dict[str, Any] = {
+            "reason": self.reason,
+            "source": {"partition": self.partition, "offset": self.offset},
+            "original": base64.b64encode(self.original).decode(),
+        }
+        if self.truncated:
+            body["truncated"] = True
+            body["original_size"] = self.original_size
+            body["original_sha256"] = self.original_sha256
+        return orjson.dumps(body)
 
     @classmethod
     def decode(cls, raw: bytes) -> Rejection:
         obj = _loads(raw)
         source = _take(obj, "source", dict)
+        truncated = _take(obj, "truncated", bool, optional=True) or False
         return cls(
             reason=_take(obj, "reason", str),
             partition=_take(source, "partition", int),
             offset=_take(source, "offset", int),
             original=_b64(_take(obj, "original", str)),
+            original_size=_take(obj, "original_size", int, optional=not truncated),
+            original_sha256=_take(obj, "original_sha256", str, optional=not truncated),
+            truncated=truncated,
         )

@@ -13,3 +13,14 @@ def crash_point(name: str) -> None:
     """Exit immediately, skipping every cleanup (no flush, no commit), if this point is armed."""
     if os.environ.get("TICKWHEEL_FAULT") == name:
         os._exit(FAULT_EXIT_CODE)
+
+
+class InjectedFault(RuntimeError):
+    """Raised by an armed `fail_point`: an unforeseen exception, as a bug would raise it."""
+
+
+def fail_point(name: str) -> None:
+    """Raise InjectedFault if `TICKWHEEL_FAULT` is `raise:<name>`: a loop's own code failing,
+    for tests that a dying part takes its process down (I9)."""
+    if os.environ.get("TICKWHEEL_FAULT") == f"raise:{name}":
+        raise InjectedFault(f"fault injected at {name}")

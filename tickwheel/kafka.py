@@ -4,6 +4,9 @@ Delivery contract used everywhere (DESIGN I5): consumers run with `enable.auto.o
 off and auto-commit on. Code stores an offset (`store_offsets`) only after the message's
 database write landed; the client commits stored offsets in the background. Offsets are thus
 never committed per message synchronously, and never ahead of the database.
+
+Every client logs through Python logging (logger `tickwheel.librdkafka`, JSON lines in our
+processes) rather than librdkafka writing `%4|…|` lines to stderr on its own.
 """
 
 from __future__ import annotations
@@ -34,11 +37,19 @@ QUEUE_FULL_WAIT_S = 0.1  # producer queue full: serve delivery reports this long
 
 T = TypeVar("T")
 
+# confluent-kafka maps librdkafka's syslog levels onto logging's (0-2 → CRITICAL, 3 → ERROR,
+# 4 → WARNING, 5-6 → INFO, 7 → DEBUG) and hands the lines over from poll()/flush(), on the
+# polling thread, so a client nobody polls queues its lines instead of printing them.
+LIBRDKAFKA_LOGGER = logging.getLogger("tickwheel.librdkafka")
+# A probe reports one reason of its own; librdkafka's lines would only repeat it.
+QUIET: dict[str, Any] = {"log_level": 0}
+
 
 def producer(bootstrap: str, **overrides: Any) -> Producer:
     """An idempotent producer: acks=all, no reordering or duplicates on retry."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
+        "logger": LIBRDKAFKA_LOGGER,
         "enable.idempotence": True,
         "acks": "all",
         "compression.type": "lz4",
@@ -56,6 +67,7 @@ def consumer(bootstrap: str, group_id: str, **overrides: Any) -> Consumer:
     """A group consumer whose offsets advance only through explicit `store_offsets`."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
+        "logger": LIBRDKAFKA_LOGGER,
         "group.id": group_id,
         "enable.auto.commit": True,
         "auto.commit.interval.ms": AUTO_COMMIT_INTERVAL_MS,
@@ -70,9 +82,9 @@ def consumer(bootstrap: str, group_id: str, **overrides: Any) -> Consumer:
 
 def admin_client(bootstrap: str, quiet: bool = False) -> AdminClient:
     """`quiet`: no librdkafka log lines (a health probe reports one reason of its own)."""
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": LIBRDKAFKA_LOGGER}
     if quiet:
-        config["log_level"] = 0
+        config.update(QUIET)
     return AdminClient(config)
 
 
@@ -113,10 +125,14 @@ def delete_topics(bootstrap: str, names: Iterable[str]) -> None:
 
 
 def round_trip(bootstrap: str, topic: str, timeout_s: float = 30.0) -> float:
-    """Produce one message to partition 0 of `topic` and consume it back; return seconds."""
+    """Produce one message to partition 0 of `topic` and consume it back; return seconds.
+
+    A health probe: its clients are quiet, a failure is the exception it raises (while the
+    broker boots, the idempotent producer would otherwise log each retry of its PID request).
+    """
     started = time.monotonic()
     token = uuid.uuid4().bytes
-    prod = producer(bootstrap, **{"linger.ms": 0})
+    prod = producer(bootstrap, **{"linger.ms": 0}, **QUIET)
     delivered: list[tuple[int, int]] = []
 
     def on_delivery(err: Any, msg: Any) -> None:
@@ -127,13 +143,7 @@ def round_trip(bootstrap: str, topic: str, timeout_s: float = 30.0) -> float:
     if prod.flush(timeout_s) != 0 or not delivered:
         raise TimeoutError(f"produce to {topic} was not acknowledged within {timeout_s}s")
     partition, offset = delivered[0]
-    cons = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"health-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-        }
-    )
+    cons = consumer(bootstrap, f"health-{uuid.uuid4()}", **{"enable.auto.commit": False}, **QUIET)
     try:
         cons.assign([TopicPartition(topic, partition, offset)])
         deadline = time.monotonic() + timeout_s

@@ -18,11 +18,11 @@ from typing import Any
 import asyncpg
 import orjson
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from tickwheel.config import load_settings
 from tickwheel.devstack import Addresses
-from tickwheel.kafka import producer
+from tickwheel.kafka import consumer, producer
 from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.topics import Topics
@@ -59,14 +59,7 @@ def _op(op: str, tenant: str, job_id: str, version: int | None = None) -> bytes:
 
 def _drain(kafka: str, topic: str, expect: int, timeout_s: float = 30) -> list[Any]:
     """Every message of `topic` (all partitions) once at least `expect` arrived."""
-    cons = Consumer(
-        {
-            "bootstrap.servers": kafka,
-            "group.id": f"drain-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
+    cons = consumer(kafka, f"drain-{uuid.uuid4()}", **{"enable.auto.commit": False})
     cons.subscribe([topic])
     got: list[Any] = []
     deadline = time.monotonic() + timeout_s
@@ -83,7 +76,7 @@ def _drain(kafka: str, topic: str, expect: int, timeout_s: float = 30) -> list[A
 
 
 def _committed(kafka: str, group: str, topic: str, partitions: int = 2) -> list[int]:
-    cons = Consumer({"bootstrap.servers": kafka, "group.id": group})
+    cons = consumer(kafka, group, **{"enable.auto.commit": False})
     try:
         tps = cons.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
         return [tp.offset for tp in tps]
@@ -92,7 +85,7 @@ def _committed(kafka: str, group: str, topic: str, partitions: int = 2) -> list[
 
 
 def _end_offsets(kafka: str, topic: str, partitions: int = 2) -> list[int]:
-    cons = Consumer({"bootstrap.servers": kafka, "group.id": f"w-{uuid.uuid4()}"})
+    cons = consumer(kafka, f"w-{uuid.uuid4()}", **{"enable.auto.commit": False})
     try:
         return [
             cons.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]

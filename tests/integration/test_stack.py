@@ -9,11 +9,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from kazoo.client import KazooClient
 
 from tickwheel.devstack import Addresses, DevStack, _cmdline, _read_pid
-from tickwheel.kafka import producer
+from tickwheel.kafka import consumer, producer
 from tickwheel.topics import Topics
 
 pytestmark = pytest.mark.integration
@@ -64,14 +64,7 @@ def test_high_priority_run_topic_round_trip(stack: Addresses, topics: Topics) ->
         headers=[("run_key", b"acme/job-1@1")],
     )
     assert prod.flush(30) == 0
-    cons = Consumer(
-        {
-            "bootstrap.servers": stack.kafka,
-            "group.id": f"g-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
+    cons = consumer(stack.kafka, f"g-{uuid.uuid4()}", **{"enable.auto.commit": False})
     try:
         cons.assign([TopicPartition(topics.runs("high"), 1, 0)])
         got = None

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 
 import orjson
 import pytest
 
 from tickwheel.envelopes import (
+    REJECTION_REASON_MAX_CHARS,
     DeadLetter,
     EnvelopeError,
     Registration,
@@ -167,4 +169,46 @@ def test_rejection_with_bad_base64_is_an_envelope_error() -> None:
     """a rejection whose `original` is not base64 names the field"""
     raw = b'{"reason": "x", "source": {"partition": 0, "offset": 1}, "original": "%%%"}'
     with pytest.raises(EnvelopeError, match="'original' is not base64"):
+        Rejection.decode(raw)
+
+
+def test_fitted_rejection_keeps_a_small_original_whole() -> None:
+    """an original that fits is quoted whole, with no truncation fields"""
+    rej = Rejection.fitted("bad", 1, 2, b'{"op": "upsert"}', max_bytes=1000)
+    assert (rej.original, rej.truncated, rej.original_size) == (b'{"op": "upsert"}', False, None)
+    assert set(orjson.loads(rej.encode())) == {"reason", "source", "original"}
+
+
+@pytest.mark.parametrize(
+    ("size", "cut"), [(700_000, False), (749_000, False), (750_000, True), (5_000_000, True)]
+)
+def test_fitted_rejection_cuts_a_large_original_with_size_and_digest(size: int, cut: bool) -> None:
+    """an original too large to quote is cut so the rejection fits; size and SHA-256 name it"""
+    original = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    rej = Rejection.fitted("payload: too large", 0, 9, original, max_bytes=999_000)
+    encoded = rej.encode()
+    assert len(encoded) <= 999_000
+    assert Rejection.decode(encoded) == rej
+    if not cut:
+        assert rej.original == original and not rej.truncated
+        return
+    assert len(encoded) > 999_000 - 8  # as much of the original as fits (base64 quantum)
+    assert rej.truncated and rej.original_size == size
+    assert rej.original_sha256 == hashlib.sha256(original).hexdigest()
+    assert original.startswith(rej.original) and rej.original
+
+
+def test_fitted_rejection_cuts_an_endless_reason() -> None:
+    """a reason quoting a huge field name is cut to REJECTION_REASON_MAX_CHARS"""
+    rej = Rejection.fitted("x" * 600_000, 0, 0, b"{}", max_bytes=10_000)
+    assert len(rej.reason) == REJECTION_REASON_MAX_CHARS and rej.reason.endswith("…")
+    assert len(rej.encode()) <= 10_000
+
+
+def test_truncated_rejection_without_its_digest_is_refused() -> None:
+    """a rejection marked truncated must carry original_size and original_sha256"""
+    raw = orjson.dumps(
+        {"reason": "r", "source": {"partition": 0, "offset": 0}, "original": "", "truncated": True}
+    )
+    with pytest.raises(EnvelopeError, match="original_size"):
         Rejection.decode(raw)

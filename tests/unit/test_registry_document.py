@@ -7,11 +7,15 @@ from typing import Any
 import pytest
 
 from tickwheel.registry_api.document import (
+    JSON_MAX_DEPTH,
+    VERSION_MAX,
     JobValidationError,
     Limits,
+    check_version,
     datetime_to_ms,
     ms_to_datetime,
     parse_document,
+    storable_problems,
     validate_job,
 )
 from tickwheel.sharding import shard_of
@@ -112,6 +116,57 @@ def test_target_allowlist(url: str, allowed: bool) -> None:
         validate_job("acme", parse_document(doc), limits, NOW)
     else:
         assert "target.url" in _problems(doc, limits)
+
+
+def test_target_url_is_stored_normalised_and_headers_checked() -> None:
+    """the stored URL is the normalised one; a Host header or CRLF in a value is refused"""
+    limits = Limits(target_allowlist=("https://hooks.acme.test/jobs",))
+    doc = {**BASE, "handler": None, "target": {"url": "HTTPS://Hooks.ACME.test:443/jobs/run"}}
+    spec = validate_job("acme", parse_document(doc), limits, NOW)
+    assert spec.stored_document["target"]["url"] == "https://hooks.acme.test/jobs/run"
+    for headers, field in [
+        ({"Host": "admin.internal"}, "target.headers.Host"),
+        ({"X-A": "1\r\nX-B: 2"}, "target.headers.X-A"),
+    ]:
+        target = {"url": "https://hooks.acme.test/jobs/run", "headers": headers}
+        assert field in _problems({**BASE, "handler": None, "target": target}, limits)
+    credentials = {"url": "https://u:p@hooks.acme.test/jobs/run"}
+    problems = _problems({**BASE, "handler": None, "target": credentials}, limits)
+    assert "credentials" in problems["target.url"]
+
+
+@pytest.mark.parametrize("version", [None, 1, 2, VERSION_MAX])
+def test_versions_within_bounds_pass(version: int | None) -> None:
+    """an absent version and integers from 1 to VERSION_MAX are accepted"""
+    check_version(version)
+
+
+@pytest.mark.parametrize("version", [0, -5, VERSION_MAX + 1, 2**63 - 1, 2**63, 10**40])
+def test_versions_out_of_bounds_are_refused(version: int) -> None:
+    """0, negatives and anything above VERSION_MAX are refused naming the field and range"""
+    with pytest.raises(JobValidationError) as caught:
+        check_version(version)
+    [problem] = caught.value.problems
+    assert problem.field == "version"
+    assert f"from 1 to {VERSION_MAX}" in problem.message
+
+
+def _nested(levels: int, inner: object) -> object:
+    value = inner
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("inner", [[], {}, 1, "s", None], ids=repr)
+def test_nesting_limit_is_exact_whatever_the_innermost_value(inner: object) -> None:
+    """64 levels of containers pass and 65 are refused, however the innermost level ends"""
+    # An empty container is itself a level: count the levels it adds.
+    extra = 1 if isinstance(inner, (list, dict)) else 0
+    assert storable_problems(_nested(JSON_MAX_DEPTH - extra, inner), "payload") == []
+    [problem] = storable_problems(_nested(JSON_MAX_DEPTH + 1 - extra, inner), "payload")
+    assert problem.field == "payload" + ".0" * JSON_MAX_DEPTH
+    assert f"deeper than {JSON_MAX_DEPTH}" in problem.message
 
 
 def test_one_off_in_the_past_keeps_its_instant() -> None:

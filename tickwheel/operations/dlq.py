@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tickwheel.clock import format_ms
 from tickwheel.envelopes import DeadLetter, EnvelopeError
-from tickwheel.kafka import consumer
+from tickwheel.kafka import QUIET, consumer
 from tickwheel.operations.errors import Unavailable
 
 # The DLQ publisher stamps a message when it produces it; `dead_at` may come from another
@@ -147,11 +147,8 @@ def read_dead_letters(
     reader = consumer(
         bootstrap,
         f"tickwheel-dlq-reader-{uuid.uuid4()}",  # never joined, never committed to
-        **{
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "log_level": 0,  # librdkafka's connection lines would bury our one-line error
-        },
+        **{"enable.auto.commit": False, "enable.partition.eof": True},
+        **QUIET,  # librdkafka's connection lines would bury our one-line error
     )
     try:
         starts = _start_offsets(reader, bootstrap, topic, since_ms, timeout_s)

@@ -1,0 +1,209 @@
+"""HTTP targets: which URLs and headers a job may ask a worker to send, checked strictly.
+
+Pure functions, used at registration (`document.validate_job`) and again by workers at call
+time, so that a rule tightened later also holds for jobs stored before:
+
+    check_target_url(url, allowlist) -> the normalised URL, or TargetError
+    check_headers(headers)           -> None, or TargetError
+
+The allowlist holds URL prefixes chosen by the operator. What is compared against it is the
+URL as a server will read it, never the raw string, so nothing that a server or proxy would
+interpret differently from us may pass:
+
+- only ASCII printable characters: no control characters (CR/LF would split the request line),
+  no spaces, no backslashes (some servers read them as `/`);
+- no credentials (`user:password@host`): they would be stored and echoed back, and a header
+  is the place for a secret;
+- no dot segments, literal or encoded (`..`, `%2e%2e`, `.%2E`, `..;/`), no encoded slash or
+  backslash in the path (`..%2fadmin`), also after decoding twice (`%252e`): a server that
+  decodes them would walk out of the allowed prefix;
+- no fragment (never sent);
+- scheme and host compared case-insensitively, the default port dropped, an empty path made
+  `/`; then the path must equal an entry's path or continue it at a segment boundary
+  (`/hooks` allows `/hooks` and `/hooks/x`, never `/hooksevil`).
+
+Headers: RFC 7230 token names, values without control characters (tab allowed), no hop-by-hop
+header and no `Host` (behind a virtual-host proxy a `Host` would pick another site than the
+allowlisted URL names), none that tickwheel sets itself, at most HEADERS_MAX of them and
+HEADERS_MAX_BYTES in total.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping, Sequence
+from urllib.parse import SplitResult, unquote, urlsplit
+
+SCHEMES = {"http": 80, "https": 443}  # scheme → its default port
+HEADERS_MAX = 32  # headers per target
+HEADERS_MAX_BYTES = 8 * 1024  # bytes of all header names and values together
+# Hop-by-hop headers (RFC 7230 §6.1, and the de-facto Keep-Alive/Proxy-Connection), the Host
+# header, and those tickwheel sets on every call (the run key is the Idempotency-Key).
+FORBIDDEN_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "idempotency-key",
+    }
+)
+
+# Patterns are used with fullmatch: `$` would accept a trailing newline.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 7230 §3.2.6
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")  # visible ASCII, space and tab
+_URL_CHARS = re.compile(r"[\x21-\x7e]+")  # visible ASCII: no controls, no spaces
+_HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
+_IPV6 = re.compile(r"[0-9a-f:.]+")
+_ENCODED_SEPARATOR = re.compile(r"%(2f|5c)", re.IGNORECASE)
+DECODE_ROUNDS = 3  # how many rounds of percent-decoding a path segment is checked after
+
+
+class TargetError(ValueError):
+    """A target URL or header that is refused: the field (a dotted path) and why."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def _split(url: str, field: str) -> SplitResult:
+    if not _URL_CHARS.fullmatch(url):
+        raise TargetError(
+            field,
+            "may contain only visible ASCII characters: no spaces, no control characters "
+            "(CR, LF, tab, NUL); percent-encode anything else",
+        )
+    if "\\" in url:
+        raise TargetError(field, "must not contain a backslash")
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises for a port out of range or not a number
+    except ValueError:
+        raise TargetError(field, "must be an absolute http(s) URL") from None
+    if parts.scheme.lower() not in SCHEMES or not parts.hostname:
+        raise TargetError(field, "must be an absolute http(s) URL")
+    if "@" in parts.netloc:
+        raise TargetError(
+            field, "must not carry credentials (user:password@); send them in a header"
+        )
+    if parts.fragment or url.endswith("#"):
+        raise TargetError(field, "must not have a fragment (#…): it is never sent")
+    host = parts.hostname  # lower-cased by urlsplit
+    valid_host = (
+        _IPV6.fullmatch(host) is not None
+        if parts.netloc.lstrip().startswith("[")
+        else _HOST_NAME.fullmatch(host) is not None
+    )
+    if not valid_host:
+        raise TargetError(field, f"has an invalid host name {host!r}")
+    if port == 0:
+        raise TargetError(field, "must not use port 0")
+    return parts
+
+
+def _check_path(path: str, field: str) -> None:
+    for segment in path.split("/"):
+        decoded = segment
+        for _ in range(DECODE_ROUNDS):
+            if _ENCODED_SEPARATOR.search(decoded) or "\\" in decoded:
+                raise TargetError(
+                    field, "must not contain an encoded '/' or '\\' in its path (%2F, %5C)"
+                )
+            # `..;x` is `..` to servers that strip path parameters (Tomcat, Jetty, Spring).
+            if decoded.split(";", 1)[0] in (".", ".."):
+                raise TargetError(
+                    field, "must not contain '.' or '..' path segments, literal or encoded"
+                )
+            again = unquote(decoded)
+            if again == decoded:
+                break
+            decoded = again
+
+
+def normalise_url(url: str, field: str = "target.url") -> str:
+    """The URL as servers read it (scheme and host lower case, no default port, path at least
+    `/`); TargetError for anything listed in the module docstring."""
+    parts = _split(url, field)
+    scheme = parts.scheme.lower()
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.port
+    netloc = host if port is None or port == SCHEMES[scheme] else f"{host}:{port}"
+    path = parts.path or "/"
+    _check_path(path, field)
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{scheme}://{netloc}{path}{query}"
+
+
+def _allows(entry: SplitResult, url: SplitResult) -> bool:
+    if (entry.scheme, entry.netloc) != (url.scheme, url.netloc):
+        return False
+    base = entry.path.rstrip("/")
+    return url.path == base or url.path.startswith(base + "/")
+
+
+@functools.lru_cache(maxsize=256)
+def _entry(entry: str) -> SplitResult | None:
+    """An allowlist entry, normalised once (the operator's list rarely changes)."""
+    try:
+        return urlsplit(normalise_url(entry, "allowlist"))
+    except TargetError:
+        return None
+
+
+def check_target_url(url: str, allowlist: Sequence[str], field: str = "target.url") -> str:
+    """The normalised `url`, if it lies below an allowlist entry; TargetError otherwise.
+
+    Entries are normalised the same way; an entry that is not a valid URL allows nothing.
+    """
+    normal = normalise_url(url, field)
+    parsed = urlsplit(normal)
+    for entry in allowlist:
+        allowed = _entry(entry)
+        if allowed is not None and _allows(allowed, parsed):
+            return normal
+    raise TargetError(
+        field, "is not in the operator's target allowlist (TICKWHEEL_TARGET_ALLOWLIST)"
+    )
+
+
+def check_headers(headers: Mapping[str, str], field: str = "target.headers") -> None:
+    """TargetError for the first header that may not be sent, or for too many or too large."""
+    if len(headers) > HEADERS_MAX:
+        raise TargetError(field, f"has {len(headers)} headers; at most {HEADERS_MAX} are allowed")
+    seen: set[str] = set()
+    total = 0
+    for name, value in headers.items():
+        where = f"{field}.{name}"
+        if not _TOKEN.fullmatch(name):
+            raise TargetError(
+                where, "is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)"
+            )
+        lower = name.lower()
+        if lower in FORBIDDEN_HEADERS:
+            raise TargetError(
+                where, "may not be set: hop-by-hop, Host, or set by tickwheel on every call"
+            )
+        if lower in seen:
+            raise TargetError(where, "is given twice (header names ignore case)")
+        seen.add(lower)
+        if not _HEADER_VALUE.fullmatch(value):
+            raise TargetError(
+                where, "must be visible ASCII text, spaces and tabs (no CR, LF or other controls)"
+            )
+        total += len(name) + len(value)
+    if total > HEADERS_MAX_BYTES:
+        raise TargetError(
+            field, f"are {total} bytes of names and values; at most {HEADERS_MAX_BYTES} allowed"
+        )

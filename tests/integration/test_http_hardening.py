@@ -1,0 +1,170 @@
+"""The HTTP API's strict edges (issue 10): authentication before the body, UTF-8 JSON with
+unique names, the exact nesting limit, and HTTP targets checked on the normalised URL."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from tickwheel.registry_api.document import JSON_MAX_DEPTH, Limits
+from tickwheel.registry_api.http import create_app
+from tickwheel.registry_api.store import RegistryStore
+
+pytestmark = pytest.mark.integration
+
+SHARDS = 64
+ALLOWED = "https://hooks.example.test/tickwheel"
+
+
+def _job(job_id: str, **fields: Any) -> dict[str, Any]:
+    return {"id": job_id, "schedule": "*/5 * * * *", "handler": "billing.send", **fields}
+
+
+def _target_job(job_id: str, url: str = ALLOWED + "/run", **target: Any) -> dict[str, Any]:
+    return {"id": job_id, "schedule": "*/5 * * * *", "target": {"url": url, **target}}
+
+
+def _nested(levels: int, inner: Any) -> Any:
+    for _ in range(levels):
+        inner = [inner]
+    return inner
+
+
+@pytest.fixture
+async def transport(db_dsn: str) -> AsyncIterator[tuple[httpx.ASGITransport, str]]:
+    """The app over a real pool, and the API key of a fresh tenant."""
+    pool = await asyncpg.create_pool(db_dsn, min_size=1, max_size=4)
+    store = RegistryStore(pool, SHARDS)
+    limits = Limits(target_allowlist=(ALLOWED,), shards=SHARDS)
+    key = await store.create_tenant(f"h-{uuid.uuid4().hex[:12]}")
+    yield httpx.ASGITransport(app=create_app(store, limits)), key
+    await pool.close()
+
+
+@pytest.fixture
+async def client(
+    transport: tuple[httpx.ASGITransport, str],
+) -> AsyncIterator[httpx.AsyncClient]:
+    app, key = transport
+    async with httpx.AsyncClient(
+        transport=app, base_url="http://registry.test", headers={"Authorization": f"Bearer {key}"}
+    ) as authorised:
+        yield authorised
+
+
+def _fields(response: httpx.Response) -> dict[str, str]:
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["error"] == "invalid_job"
+    return {item["field"]: item["message"] for item in body["detail"]}
+
+
+@pytest.mark.parametrize(("method", "path"), [("POST", "/v1/jobs"), ("PATCH", "/v1/jobs/some-job")])
+@pytest.mark.parametrize("authorization", [None, "Bearer tw_not-a-key", "Basic abc"])
+async def test_a_body_is_not_read_before_authentication(
+    transport: tuple[httpx.ASGITransport, str],
+    method: str,
+    path: str,
+    authorization: str | None,
+) -> None:
+    """malformed, UTF-16 or duplicate-key bodies from an unauthenticated client answer 401"""
+    app, _ = transport
+    headers = {"Content-Type": "application/json"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    async with httpx.AsyncClient(transport=app, base_url="http://registry.test") as anonymous:
+        for body in (b"{not json", '{"id": "x"}'.encode("utf-16"), b'{"id": "a", "id": "b"}'):
+            response = await anonymous.request(method, path, content=body, headers=headers)
+            assert response.status_code == 401, response.text
+            assert response.json()["error"] == "unauthorized"
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (json.dumps(_job("utf16")).encode("utf-16"), "UTF-16"),
+        (json.dumps(_job("utf16le")).encode("utf-16-le"), "UTF-16 or UTF-32"),
+        (json.dumps(_job("utf32")).encode("utf-32"), "UTF-32"),
+        (json.dumps(_job("latin")).encode() + b"\xff", "not UTF-8"),
+        (b'{"id": "dup", "id": "dup2", "schedule": "* * * * *", "handler": "a.b"}', "twice"),
+        (b'{"id": "nan", "schedule": "* * * * *", "handler": "a.b", "payload": NaN}', "NaN"),
+    ],
+)
+async def test_bodies_that_are_not_utf8_json_with_unique_names_are_422(
+    client: httpx.AsyncClient, body: bytes, words: str
+) -> None:
+    """UTF-16/32, invalid UTF-8, duplicate names and NaN are refused as the body, storing nothing"""
+    response = await client.post(
+        "/v1/jobs", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert words in _fields(response)[""]
+    assert (await client.get("/v1/jobs")).json()["items"] == []
+
+
+@pytest.mark.parametrize("inner", [[], 1], ids=["empty", "scalar"])
+async def test_payload_nesting_limit_is_exact_over_http(
+    client: httpx.AsyncClient, inner: Any
+) -> None:
+    """64 levels of payload are stored, 65 are refused, whatever the innermost value; PATCH
+    counts the same way as POST"""
+    extra = 1 if isinstance(inner, list) else 0
+    deepest = _nested(JSON_MAX_DEPTH - extra, inner)
+    too_deep = _nested(JSON_MAX_DEPTH + 1 - extra, inner)
+    created = await client.post("/v1/jobs", json=_job("deep", payload=deepest))
+    assert created.status_code == 201, created.text
+    refused = _fields(await client.post("/v1/jobs", json=_job("deeper", payload=too_deep)))
+    assert list(refused) == ["payload" + ".0" * JSON_MAX_DEPTH]
+    patched = await client.patch("/v1/jobs/deep", json={"payload": deepest, "priority": "low"})
+    assert patched.status_code == 200, patched.text
+    refused = _fields(await client.patch("/v1/jobs/deep", json={"payload": too_deep}))
+    assert list(refused) == ["payload" + ".0" * JSON_MAX_DEPTH]
+
+
+@pytest.mark.parametrize(
+    ("document", "field", "words"),
+    [
+        (
+            _target_job("creds", "https://user:pw@hooks.example.test/tickwheel/x"),
+            "target.url",
+            "credentials",
+        ),
+        (_target_job("trav", ALLOWED + "/..%2fadmin"), "target.url", "encoded '/'"),
+        (_target_job("trav2", ALLOWED + "/%2e%2e/admin"), "target.url", "'..'"),
+        (_target_job("trav3", ALLOWED + "/..;/admin"), "target.url", "'..'"),
+        (_target_job("crlf", ALLOWED + "/x\r\nHost: evil"), "target.url", "control characters"),
+        (_target_job("host", headers={"Host": "admin.internal"}), "target.headers.Host", "may not"),
+        (_target_job("hdr", headers={"X-A": "1\r\nX-B: 2"}), "target.headers.X-A", "no CR, LF"),
+        (_target_job("name", headers={"X A": "1"}), "target.headers.X A", "header name"),
+        (
+            _target_job("many", headers={f"X-{i}": "v" for i in range(33)}),
+            "target.headers",
+            "at most 32",
+        ),
+        (_target_job("huge", headers={"X-Big": "v" * 9000}), "target.headers", "at most 8192"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and " " not in v else None,
+)
+async def test_unsafe_targets_are_refused_naming_the_field(
+    client: httpx.AsyncClient, document: dict[str, Any], field: str, words: str
+) -> None:
+    """credentials, encoded traversal, CR/LF, Host and hop-by-hop headers, too many or too large
+    headers: 422 on the field, nothing stored"""
+    problems = _fields(await client.post("/v1/jobs", json=document))
+    assert words in problems[field], problems
+    assert (await client.get("/v1/jobs")).json()["items"] == []
+
+
+async def test_target_url_is_stored_and_echoed_normalised(client: httpx.AsyncClient) -> None:
+    """the URL stored (and compared with the allowlist) is the normalised one"""
+    document = _target_job("norm", "HTTPS://Hooks.Example.TEST:443/tickwheel/run")
+    created = await client.post("/v1/jobs", json=document)
+    assert created.status_code == 201, created.text
+    assert created.json()["target"]["url"] == "https://hooks.example.test/tickwheel/run"
+    again = await client.post("/v1/jobs", json=document)
+    assert (again.status_code, again.json()["version"]) == (200, 1)
