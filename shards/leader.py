@@ -65,6 +65,7 @@ from tickwheel import db as dbmod
 from tickwheel.domain import JobStatus, OverlapPolicy, RunStatus, job_key, run_key
 from tickwheel.faults import crash_point
 from tickwheel.kafka import PublishError
+from tickwheel.operations.gc import run_gc
 from tickwheel.queries import QUERIES
 from tickwheel.schedule import ScheduleCache
 from tickwheel.shards import store
@@ -81,6 +82,7 @@ WHEEL_TICK_MS = 1  # exact to the millisecond (DECISIONS: recommended leader sha
 WHEEL_SIZE = 256
 RETRY_BACKOFF_S = 1.0  # seconds a leader waits after a failed database round trip
 HOUSEKEEPING_INTERVAL_S = 3600.0  # seconds between partition upkeep runs (shard 0's leader)
+GC_INTERVAL_S = 86_400.0  # seconds between retention runs (shard 0's leader; at takeover too)
 # A periodic step (sweep, re-sync) that fails so is logged and tried again at its next turn.
 STEP_ERRORS: tuple[type[BaseException], ...] = (*store.DB_ERRORS, PublishError)
 
@@ -103,6 +105,7 @@ class LeaderConfig:
     claim_batch: int
     sweep_ms: int
     resync_ms: int
+    retention_days: int = 30  # run history kept by the daily gc (shard 0's leader)
 
 
 @dataclass
@@ -142,6 +145,7 @@ class ShardLeader:
         self._stopping = False
         self._maybe_buffered = True
         self._last_housekeeping: float | None = None  # time.monotonic() of the last run
+        self._last_gc: float | None = None  # time.monotonic() of the last retention run
         self.feed_since: str | None = None  # feed position read at takeover
 
     # --- control, from the election (same event loop) -------------------------------------
@@ -422,6 +426,14 @@ class ShardLeader:
                 created = await dbmod.ensure_partitions(cast(asyncpg.Connection, conn))
                 self._last_housekeeping = time.monotonic()
                 log.info("job_runs partitions ensured", extra={"partitions_created": created})
+            if self.shard == 0 and (
+                self._last_gc is None or time.monotonic() - self._last_gc > GC_INTERVAL_S
+            ):
+                self._last_gc = time.monotonic()
+                report = await run_gc(
+                    cast(asyncpg.Connection, conn), retention_days=self.s.config.retention_days
+                )
+                log.info("retention applied", extra={"gc": report.to_json()})
         if again or requeued or dead or released:
             log.info(
                 "sweep",

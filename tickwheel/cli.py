@@ -14,6 +14,7 @@ import click
 from tickwheel import __version__
 from tickwheel.core_cli import db, topics
 from tickwheel.demo import demo
+from tickwheel.operations.cli import dlq, gc, jobs, runs
 from tickwheel.registry_api.cli import registry, tenant
 from tickwheel.schedule.cli import cron
 from tickwheel.shards.cli import scheduler
@@ -27,5 +28,19 @@ def main() -> None:
     """tickwheel: a distributed job scheduler."""
 
 
-for command in (cron, dev, db, topics, registry, tenant, demo, worker, scheduler):
+for command in (
+    cron,
+    dev,
+    db,
+    topics,
+    registry,
+    tenant,
+    demo,
+    worker,
+    scheduler,
+    dlq,
+    runs,
+    jobs,
+    gc,
+):
     main.add_command(command)

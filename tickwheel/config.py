@@ -132,6 +132,20 @@ class Settings(BaseSettings):
     target_breaker_cooldown_s: float = Field(
         30.0, gt=0, description="how long an open circuit fails calls fast, seconds"
     )
+    # operations
+    retention_days: int = Field(
+        30,
+        ge=1,
+        le=36_500,
+        description="`tickwheel gc`: run history and completed one-off jobs older than this "
+        "many days are removed",
+    )
+    ops_kafka_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="how long `tickwheel dlq` commands wait for Kafka before giving up, seconds",
+    )
 
     devstack_dir: Path = Field(Path(".devstack"), description="where `tickwheel dev` keeps state")
     dev_pg_port: int = Field(55432, ge=1, le=65535, description="dev stack Postgres port")

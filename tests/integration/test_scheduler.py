@@ -455,20 +455,31 @@ async def test_session_expiry_drops_the_wheels_and_the_process_rejoins(sched: Sc
 
 
 async def test_shard_zero_leader_keeps_daily_job_runs_partitions_ready(sched: SchedEnv) -> None:
-    """the leader of shard 0 creates the job_runs partitions of the coming days"""
+    """the leader of shard 0 creates the job_runs partitions of the coming days and applies
+    the retention (a partition older than TICKWHEEL_RETENTION_DAYS is dropped)"""
     import datetime as dt
 
-    day = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=7)
+    today = dt.datetime.now(dt.UTC).date()
+    day = today + dt.timedelta(days=7)
     name = f"job_runs_p{day:%Y%m%d}"
+    old_day = today - dt.timedelta(days=40)
+    old_name = f"job_runs_p{old_day:%Y%m%d}"
     exists = "SELECT to_regclass($1) IS NOT NULL AS present"
     await sched.fetch(f'DROP TABLE IF EXISTS "{name}"')
+    await sched.fetch("SELECT job_runs_ensure_partitions($1::date, 1)", old_day)
     assert not (await sched.fetch(exists, name))[0]["present"]
+    assert (await sched.fetch(exists, old_name))[0]["present"]
+    sched.env["TICKWHEEL_RETENTION_DAYS"] = "30"
     async with running_scheduler(sched, "solo"):
 
         async def present() -> bool:
             return bool((await sched.fetch(exists, name))[0]["present"])
 
+        async def old_dropped() -> bool:
+            return not (await sched.fetch(exists, old_name))[0]["present"]
+
         await wait_for(present, 10, what=f"{name} created")
+        await wait_for(old_dropped, 10, what=f"{old_name} dropped by the retention")
 
 
 async def test_a_registered_job_runs_end_to_end_through_a_worker(
