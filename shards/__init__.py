@@ -1,1 +1,1 @@
-"""Shard leaders: election, horizon loading, the tick loop and fenced claims (later issues)."""
+"""Shard leaders: ZooKeeper election, horizon loading, the tick loop, fenced claims, publish."""

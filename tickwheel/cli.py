@@ -2,7 +2,8 @@
 
 Each area keeps its commands beside its code: `cron` (tickwheel/schedule/cli.py), `dev`
 (tickwheel/stack/cli.py), `db` and `topics` (tickwheel/core_cli.py), `registry` and `tenant`
-(registry_api/cli.py), `demo` (tickwheel/demo.py). What they share — the settings, failing
+(registry_api/cli.py), `demo` (tickwheel/demo.py), `worker` (workers/cli.py), `scheduler`
+(shards/cli.py). What they share — the settings, failing
 with one line on stderr — is tickwheel/cli_support.py.
 """
 
@@ -14,8 +15,10 @@ from tickwheel import __version__
 from tickwheel.bench.cli import bench
 from tickwheel.core_cli import db, topics
 from tickwheel.demo import demo
+from tickwheel.operations.cli import dlq, gc, jobs, runs
 from tickwheel.registry_api.cli import registry, tenant
 from tickwheel.schedule.cli import cron
+from tickwheel.shards.cli import scheduler
 from tickwheel.stack.cli import dev
 from tickwheel.workers.cli import worker
 
@@ -26,5 +29,20 @@ def main() -> None:
     """tickwheel: a distributed job scheduler."""
 
 
-for command in (cron, dev, db, topics, registry, tenant, demo, worker, bench):
+for command in (
+    cron,
+    dev,
+    db,
+    topics,
+    registry,
+    tenant,
+    demo,
+    worker,
+    scheduler,
+    dlq,
+    runs,
+    jobs,
+    gc,
+    bench,
+):
     main.add_command(command)

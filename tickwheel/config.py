@@ -65,6 +65,36 @@ class Settings(BaseSettings):
         description="consumer group session timeout: how long a crashed member holds its "
         "partitions, milliseconds",
     )
+    # scheduler
+    zk_session_timeout_ms: int = Field(
+        10_000,
+        ge=1_000,
+        le=600_000,
+        description="ZooKeeper session timeout of scheduler processes: how long the shards of "
+        "a crashed process stay without a leader, milliseconds (the server bounds it to "
+        "[2, 20] x its tickTime)",
+    )
+    publish_lease_s: int = Field(
+        30,
+        ge=1,
+        description="how long a claimed run may stay unpublished or unstarted before the "
+        "sweeper re-publishes it, seconds",
+    )
+    claim_batch: int = Field(
+        5000, ge=1, le=100_000, description="due entries claimed per database transaction"
+    )
+    sweep_interval_ms: int = Field(
+        2000,
+        ge=10,
+        description="how often a leader sweeps its shard (lapsed leases, retries, buffered "
+        "runs), milliseconds",
+    )
+    resync_s: int = Field(
+        60, ge=1, description="how often a leader reloads its horizon from scratch, seconds"
+    )
+    scheduler_db_connections: int = Field(
+        8, ge=2, le=200, description="Postgres connections of one scheduler process"
+    )
     topic_partitions: int = Field(6, ge=1, description="partitions of created topics")
     topic_replication: int = Field(1, ge=1, description="replication factor of created topics")
 
@@ -101,6 +131,20 @@ class Settings(BaseSettings):
     )
     target_breaker_cooldown_s: float = Field(
         30.0, gt=0, description="how long an open circuit fails calls fast, seconds"
+    )
+    # operations
+    retention_days: int = Field(
+        30,
+        ge=1,
+        le=36_500,
+        description="`tickwheel gc`: run history and completed one-off jobs older than this "
+        "many days are removed",
+    )
+    ops_kafka_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="how long `tickwheel dlq` commands wait for Kafka before giving up, seconds",
     )
 
     devstack_dir: Path = Field(Path(".devstack"), description="where `tickwheel dev` keeps state")

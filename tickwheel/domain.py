@@ -10,6 +10,9 @@ the workers (workers/) those marked W, operators (`tickwheel dlq replay`) the on
     from        to          by  when
     (due)       pending     L   the fenced claim creates the row (attempt 1) with a publish lease
     (due)       skipped     L   misfire or overlap policy; `skip_reason` says which
+    (due)       pending     L   overlap buffer_one: held WITHOUT a lease and not published; the
+                                sweeper gives it a lease and publishes it once the job has no
+                                other run in flight
     pending     published   L   the broker acknowledged the envelope (`published_at`)
     pending,    pending     L   the publish lease lapsed before a worker started it: re-published,
     published                   same attempt, new lease (the sweeper)

@@ -30,7 +30,7 @@ def _op(tenant: str, job_id: str, shards: int = SHARDS) -> Op:
 
 async def _feed(conn: asyncpg.Connection, shard: int, since: str) -> tuple[str, set[str]]:
     position = await conn.fetchval(QUERIES["feed_position"])
-    rows = await conn.fetch(QUERIES["jobs_changed_since"], shard, since)
+    rows = await conn.fetch(QUERIES["jobs_changed_since"], [shard], since)
     return position, {r["job_id"] for r in rows}
 
 

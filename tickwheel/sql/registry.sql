@@ -110,21 +110,6 @@ WHERE tenant = $1 AND job_id = $2
 ORDER BY scheduled_at DESC
 LIMIT $4
 
--- feed_position --
--- Step 1 of a change-feed poll (docs/CHANGE_FEED.md): the xmin of a snapshot taken before the
--- read below; the lower bound to pass to the next poll.
-SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS since
-
--- jobs_changed_since --
--- Step 2: every job of a shard written by a transaction not yet committed when the previous
--- poll's position was taken. Rows may repeat across polls; (job, version) identifies a change.
-SELECT j.tenant, j.job_id, j.status, j.version,
-       (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
-       j.change_xid::text AS change_xid
-FROM jobs j
-WHERE j.shard_id = $1 AND j.change_xid >= $2::text::xid8
-ORDER BY j.change_xid
-
 -- tenant_insert --
 INSERT INTO tenants (name) VALUES ($1)
 

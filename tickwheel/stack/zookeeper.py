@@ -12,6 +12,8 @@ from tickwheel.stack.procs import HEALTH_PROBE_TIMEOUT_S, reason
 
 ZK_START_TIMEOUT_S = 60
 
+ZK_TICK_MS = 500  # the dev server's tick: the granularity of session expiry
+
 
 class ZooKeeper:
     """The stack's ZooKeeper: `<root>/zookeeper/{zoo.cfg,data/}`, a JVM of its own."""
@@ -30,7 +32,12 @@ class ZooKeeper:
         (self.home / "data").mkdir(parents=True, exist_ok=True)
         cfg = self.home / "zoo.cfg"
         cfg.write_text(
-            "tickTime=2000\n"
+            # The server expires sessions only at its ticks, so a dead scheduler's shards move
+            # up to one tickTime after its session timeout: keep the tick short. Session
+            # timeouts from 1 s to 60 s are accepted (defaults would be 2 and 20 ticks).
+            f"tickTime={ZK_TICK_MS}\n"
+            "minSessionTimeout=1000\n"
+            "maxSessionTimeout=60000\n"
             f"dataDir={self.home / 'data'}\n"
             f"clientPort={self.port}\n"
             "clientPortAddress=127.0.0.1\n"

@@ -1,0 +1,461 @@
+"""One shard's leader: its timing wheel, the tick loop, the fenced claim, publish and sweeper.
+
+Lifecycle (`LeaderState`; the process's election in `election.py` moves the first and last
+steps, this module the rest):
+
+    FOLLOWER ──ZooKeeper shard node created──► TAKING_OVER
+        bump shard_leaders.epoch and set owner (I2), read the feed position, load the horizon
+    TAKING_OVER ──loaded──► LEADING(epoch)
+        tick: claim what is due, publish, sweep; the change feed keeps the wheel current
+    LEADING ──ZooKeeper SUSPENDED──► SUSPENDED       dispatching stops at once, the wheel is kept
+    SUSPENDED ──CONNECTED (same session)──► LEADING  nobody else can have taken the shard
+    SUSPENDED|LEADING ──session LOST──► LOST         the wheel is dropped; the process rejoins
+    LEADING ──fence refused a transaction──► LOST    another epoch owns the shard (we were
+                                                      paused past our session): step down
+    LEADING ──rebalance / shutdown──► FOLLOWER        finish the batch in hand, clear the owner,
+                                                      delete the shard node
+
+The claim/publish loop, per tick, for the entries `wheel.advance(now)` returns (now: the
+database's clock, `dbclock.py`), in batches of `claim_batch` without sleeping in between:
+
+    1. plan (`plan.py`): misfire and overlap per job, the next `next_run_at` from the cache;
+    2. one transaction: the fence (`shard_fence`, FOR SHARE), in-flight counts if an overlap
+       policy needs them, then `claim_due`: one UPDATE of `jobs` matching each expected
+       `next_run_at` (I3) and one INSERT of the run rows (ON CONFLICT DO NOTHING), pending rows
+       with a publish lease; commit;
+    3. publish the envelopes of the pending rows and wait for the broker's acks (I1);
+    4. one fenced UPDATE marks the acknowledged runs published (`published_at`).
+
+Why a crash at any step loses nothing and runs nothing twice in effect:
+    - before 2 commits: nothing was written; the job's `next_run_at` is unchanged, so the next
+      leader (or this one after a restart) loads it as due and claims it, late, under the
+      job's misfire policy;
+    - after 2, before 3 (crash point `scheduler.after_claim`): the pending rows are the outbox;
+      their publish lease lapses and the sweeper of whoever leads the shard publishes them
+      with the same attempt;
+    - after 3, before 4 (crash point `scheduler.after_publish`): the runs are on Kafka and
+      still `pending`; the sweeper publishes them once more when the lease lapses, and the
+      worker's claim `WHERE attempt = … AND status IN ('pending', 'published')` lets only one
+      delivery run (I4);
+    - the claim is keyed by the run key and matches the expected `next_run_at`, so repeating
+      it never creates a second row for one occurrence.
+
+The sweeper (every `sweep_interval_ms`, fenced like the claim) publishes again what lapsed:
+(a) pending/published runs whose publish lease lapsed, same attempt; (b) running runs whose
+worker lease lapsed: the next attempt, or `dead` plus a dead letter on the last one (the DLQ
+publish is acknowledged before that transaction commits, so a crash repeats it rather than
+losing it); (c) loads `retrying` runs into the wheel by `retry_at`, claimed when due with
+`retries_claim` (I6); (d) releases runs buffered by overlap `buffer_one` (see `plan.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, cast
+
+import asyncpg
+
+from tickwheel import db as dbmod
+from tickwheel.domain import JobStatus, OverlapPolicy, RunStatus, job_key, run_key
+from tickwheel.faults import crash_point
+from tickwheel.kafka import PublishError
+from tickwheel.operations.gc import run_gc
+from tickwheel.queries import QUERIES
+from tickwheel.schedule import ScheduleCache
+from tickwheel.shards import store
+from tickwheel.shards.dbclock import DbClock
+from tickwheel.shards.metrics import SchedulerMetrics, observe_many
+from tickwheel.shards.outbox import Outbox
+from tickwheel.shards.plan import NO_NEXT_MS, JobEntry, RetryEntry, plan_claims
+from tickwheel.shards.store import Dispatch, FencedOut, Lease
+from tickwheel.wheel import TimingWheel
+
+log = logging.getLogger("tickwheel.scheduler.leader")
+
+WHEEL_TICK_MS = 1  # exact to the millisecond (DECISIONS: recommended leader shape)
+WHEEL_SIZE = 256
+RETRY_BACKOFF_S = 1.0  # seconds a leader waits after a failed database round trip
+HOUSEKEEPING_INTERVAL_S = 3600.0  # seconds between partition upkeep runs (shard 0's leader)
+GC_INTERVAL_S = 86_400.0  # seconds between retention runs (shard 0's leader; at takeover too)
+# A periodic step (sweep, re-sync) that fails so is logged and tried again at its next turn.
+STEP_ERRORS: tuple[type[BaseException], ...] = (*store.DB_ERRORS, PublishError)
+
+
+class LeaderState(StrEnum):
+    FOLLOWER = "follower"
+    TAKING_OVER = "taking_over"
+    LEADING = "leading"
+    SUSPENDED = "suspended"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class LeaderConfig:
+    """Timing settings of every leader of a process (milliseconds unless named otherwise)."""
+
+    tick_ms: int
+    horizon_ms: int
+    publish_lease_ms: int
+    claim_batch: int
+    sweep_ms: int
+    resync_ms: int
+    retention_days: int = 30  # run history kept by the daily gc (shard 0's leader)
+
+
+@dataclass
+class Shared:
+    """What the leaders of one process share."""
+
+    owner: str
+    config: LeaderConfig
+    pool: asyncpg.Pool
+    outbox: Outbox
+    cache: ScheduleCache
+    clock: DbClock
+    metrics: SchedulerMetrics
+    on_leading: Callable[[ShardLeader], None] | None = None  # the feed attaches the shard
+
+
+class ShardLeader:
+    """Leads one shard from takeover until it is stopped, loses its session or is fenced out."""
+
+    def __init__(self, shard: int, shared: Shared) -> None:
+        self.shard = shard
+        self.s = shared
+        self.cfg = shared.config
+        self.state = LeaderState.FOLLOWER
+        self.lease: Lease | None = None
+        self.wheel: TimingWheel[str, JobEntry | RetryEntry] = TimingWheel(
+            WHEEL_TICK_MS, WHEEL_SIZE, 0
+        )
+        # The newest (version, next_run_at) applied per job key, from the horizon, the feed or
+        # our own claims. Within one version next_run_at only moves forward (claims advance
+        # it), so an older pair is a stale read racing a claim and is ignored.
+        self.known: dict[str, tuple[int, int]] = {}
+        self.horizon_end_ms = 0
+        self.wake = asyncio.Event()
+        self.dispatching = asyncio.Event()  # cleared while ZooKeeper is SUSPENDED
+        self.dispatching.set()
+        self._stopping = False
+        self._maybe_buffered = True
+        self._last_housekeeping: float | None = None  # time.monotonic() of the last run
+        self._last_gc: float | None = None  # time.monotonic() of the last retention run
+        self.feed_since: str | None = None  # feed position read at takeover
+
+    # --- control, from the election (same event loop) -------------------------------------
+
+    def stop(self) -> None:
+        """Leave after the batch in hand (rebalance, shutdown)."""
+        self._stopping = True
+        self.wake.set()
+        self.dispatching.set()
+
+    def suspend(self) -> None:
+        if self.state is LeaderState.LEADING:
+            self.state = LeaderState.SUSPENDED
+        self.dispatching.clear()
+
+    def resume(self) -> None:
+        if self.state is LeaderState.SUSPENDED:
+            self.state = LeaderState.LEADING
+        self.dispatching.set()
+        self.wake.set()
+
+    # --- the task -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """TAKING_OVER → LEADING → … until stopped; FencedOut ends it as LOST."""
+        self.state = LeaderState.TAKING_OVER
+        try:
+            async with self.s.pool.acquire() as conn:
+                self.lease = await store.take_over(conn, self.shard, self.s.owner)
+                await self.s.clock.sync(conn)
+                self.wheel = TimingWheel(WHEEL_TICK_MS, WHEEL_SIZE, self.s.clock.now_ms())
+                self.feed_since = await conn.fetchval(QUERIES["feed_position"])
+                await self._load(conn)
+            self.s.metrics.leadership.labels("acquired").inc()
+            log.info(
+                "leading shard",
+                extra={"shard": self.shard, "epoch": self.lease.epoch, "wheel": len(self.wheel)},
+            )
+            if not self.dispatching.is_set():
+                self.state = LeaderState.SUSPENDED
+            else:
+                self.state = LeaderState.LEADING
+            if self.s.on_leading is not None:
+                self.s.on_leading(self)
+            await self._loop()
+            await self._step_down()
+            self.state = LeaderState.FOLLOWER
+        except FencedOut as exc:
+            self.state = LeaderState.LOST
+            self.s.metrics.fenced_out.inc()
+            self.s.metrics.leadership.labels("fenced_out").inc()
+            log.warning("fenced out; stepping down", extra={"shard": self.shard, "why": str(exc)})
+        except store.DB_ERRORS:
+            # The takeover could not be completed (or a fence check failed to run): give the
+            # shard back; the election offers it again, to us or to another process.
+            self.state = LeaderState.LOST
+            self.s.metrics.leadership.labels("failed").inc()
+            log.warning(
+                "database failed while leading; stepping down",
+                extra={"shard": self.shard},
+                exc_info=True,
+            )
+        finally:
+            self.wheel = TimingWheel(WHEEL_TICK_MS, WHEEL_SIZE, 0)
+            self.known.clear()
+            self.s.metrics.wheel_size.labels(str(self.shard)).set(0)
+
+    async def _loop(self) -> None:
+        cfg = self.cfg
+        next_sweep = time.monotonic()
+        next_resync = time.monotonic() + cfg.resync_ms / 1000
+        while not self._stopping:
+            if not self.dispatching.is_set():
+                await self.dispatching.wait()
+                continue
+            now = self.s.clock.now_ms()
+            due = self.wheel.advance(now)
+            if due:
+                await self._dispatch(due, now)
+                continue  # a full batch may have more behind it: look again without sleeping
+            mono = time.monotonic()
+            if mono >= next_sweep:
+                await self._guarded(self._sweep)
+                next_sweep = mono + cfg.sweep_ms / 1000
+                continue
+            if mono >= next_resync:
+                await self._guarded(self._resync)
+                next_resync = mono + cfg.resync_ms / 1000
+                continue
+            self.s.metrics.wheel_size.labels(str(self.shard)).set(len(self.wheel))
+            delay_ms = cfg.tick_ms
+            deadline = self.wheel.next_deadline_ms()
+            if deadline is not None:
+                delay_ms = min(delay_ms, max(0, deadline - self.s.clock.now_ms()))
+            self.wake.clear()
+            if delay_ms > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), delay_ms / 1000)
+
+    async def _guarded(self, step: Any) -> None:
+        """Run a periodic step; a database or broker failure is logged and retried later."""
+        try:
+            await step()
+        except FencedOut:
+            raise
+        except STEP_ERRORS:
+            log.warning("shard step failed; retrying", extra={"shard": self.shard}, exc_info=True)
+            await asyncio.sleep(RETRY_BACKOFF_S)
+
+    # --- the wheel ------------------------------------------------------------------------
+
+    async def _load(self, conn: store.Conn) -> None:
+        """(Re)load the horizon: active jobs and retrying runs due before now + horizon."""
+        await self.s.clock.sync(conn)
+        until = self.s.clock.now_ms() + self.cfg.horizon_ms
+        jobs, retries = await store.horizon(conn, self.shard, until)
+        self.horizon_end_ms = until
+        for entry in jobs:
+            self._offer(entry.key, entry.version, entry.next_ms, entry)
+        for retry in retries:
+            self.wheel.schedule(
+                run_key(retry.tenant, retry.job_id, retry.scheduled_ms), retry.retry_ms, retry
+            )
+
+    async def _resync(self) -> None:
+        async with self.s.pool.acquire() as conn:
+            await self._load(conn)
+
+    def apply_job_row(self, row: asyncpg.Record) -> None:
+        """A job row from the change feed or a refresh: schedule or cancel its wheel entry."""
+        key = job_key(row["tenant"], row["job_id"])
+        next_ms = row["next_run_at"]
+        if row["status"] == JobStatus.ACTIVE and next_ms is not None:
+            self._offer(key, row["version"], next_ms, store.entry_of(row))
+        else:
+            self._offer(key, row["version"], NO_NEXT_MS, None)
+        self.wake.set()
+
+    def _offer(self, key: str, version: int, next_ms: int, entry: JobEntry | None) -> None:
+        state = (version, next_ms)
+        if state < self.known.get(key, (0, -1)):
+            return
+        self.known[key] = state
+        if entry is not None and next_ms < self.horizon_end_ms:
+            entry.next_ms = next_ms
+            self.wheel.schedule(key, next_ms, entry)
+        else:
+            self.wheel.cancel(key)
+
+    # --- claim and publish ----------------------------------------------------------------
+
+    async def _dispatch(
+        self, due: list[tuple[str, int, JobEntry | RetryEntry | None]], now: int
+    ) -> None:
+        jobs = [v for _, _, v in due if isinstance(v, JobEntry)]
+        retries = [v for _, _, v in due if isinstance(v, RetryEntry)]
+        size = self.cfg.claim_batch
+        for start in range(0, len(jobs), size):
+            await self._claim(jobs[start : start + size], now)
+        for start in range(0, len(retries), size):
+            await self._claim_retries(retries[start : start + size])
+
+    async def _claim(self, chunk: Sequence[JobEntry], now: int) -> None:
+        assert self.lease is not None
+        try:
+            async with self.s.pool.acquire() as conn:
+                async with store.fenced(conn, self.lease):
+                    keys = [
+                        (e.tenant, e.job_id)
+                        for e in chunk
+                        if e.overlap_policy != OverlapPolicy.ALLOW
+                    ]
+                    counts = await store.in_flight(conn, keys) if keys else None
+                    batch = plan_claims(chunk, now, self.s.cache, counts)
+                    claimed = await store.claim(conn, self.lease, self.cfg.publish_lease_ms, batch)
+                crash_point("scheduler.after_claim")
+                stale: list[tuple[str, str]] = []
+                for entry, next_ms in zip(batch.entries, batch.next_ms, strict=True):
+                    if (entry.tenant, entry.job_id) in claimed.jobs:
+                        self._offer(
+                            entry.key,
+                            entry.version,
+                            NO_NEXT_MS if next_ms is None else next_ms,
+                            entry,
+                        )
+                    else:
+                        stale.append((entry.tenant, entry.job_id))
+                if stale:
+                    # Edited, paused, deleted since the wheel learnt of them: read the truth
+                    # now rather than wait for the feed (it may be on its way too; versions
+                    # decide).
+                    for row in await store.jobs_by_keys(conn, stale):
+                        self.apply_job_row(row)
+        except FencedOut:
+            raise
+        except store.DB_ERRORS:
+            log.warning(
+                "claim failed; its entries go back into the wheel",
+                extra={"shard": self.shard, "entries": len(chunk)},
+                exc_info=True,
+            )
+            for entry in chunk:
+                self.wheel.schedule(entry.key, entry.next_ms, entry)
+            await asyncio.sleep(RETRY_BACKOFF_S)
+            return
+        m = self.s.metrics
+        m.claimed.inc(len(claimed.runs))
+        m.skipped.inc(batch.skipped)
+        if any(
+            status == RunStatus.PENDING and not leased
+            for status, leased in zip(batch.run_status, batch.run_leased, strict=True)
+        ):
+            self._maybe_buffered = True
+        await self._publish(claimed.runs, "first")
+
+    async def _claim_retries(self, chunk: Sequence[RetryEntry]) -> None:
+        assert self.lease is not None
+        try:
+            async with self.s.pool.acquire() as conn, store.fenced(conn, self.lease):
+                runs = await store.claim_retries(conn, self.lease, self.cfg.publish_lease_ms, chunk)
+        except store.DB_ERRORS:
+            log.warning("retry claim failed", extra={"shard": self.shard}, exc_info=True)
+            for retry in chunk:
+                key = run_key(retry.tenant, retry.job_id, retry.scheduled_ms)
+                self.wheel.schedule(key, retry.retry_ms, retry)
+            await asyncio.sleep(RETRY_BACKOFF_S)
+            return
+        await self._publish(runs, "retry")
+
+    async def _publish(self, runs: Sequence[Dispatch], kind: str) -> None:
+        """Publish committed runs; mark the acknowledged ones published (fenced)."""
+        if not runs:
+            return
+        assert self.lease is not None
+        acked = await self.s.outbox.publish(runs, self.lease.epoch)
+        crash_point("scheduler.after_publish")
+        if not acked:
+            return
+        acked_at = self.s.clock.now_ms()
+        m = self.s.metrics
+        m.published.labels(kind).inc(len(acked))
+        if kind == "first":
+            observe_many(m.dispatch_lag, [max(0, acked_at - r.scheduled_ms) / 1000 for r in acked])
+        try:
+            async with self.s.pool.acquire() as conn, store.fenced(conn, self.lease):
+                await store.mark_published(conn, acked)
+        except store.DB_ERRORS:
+            # Harmless: the runs are on Kafka; at worst the sweeper publishes them once more.
+            log.warning("could not mark runs published", extra={"shard": self.shard}, exc_info=True)
+
+    # --- the sweeper ----------------------------------------------------------------------
+
+    async def _sweep(self) -> None:
+        assert self.lease is not None
+        lease_ms = self.cfg.publish_lease_ms
+        async with self.s.pool.acquire() as conn:
+            until = self.s.clock.now_ms() + self.cfg.horizon_ms
+            for retry in await store.retries(conn, self.shard, until):
+                self.wheel.schedule(
+                    run_key(retry.tenant, retry.job_id, retry.scheduled_ms), retry.retry_ms, retry
+                )
+            async with store.fenced(conn, self.lease):
+                again = await store.sweep_republish(conn, self.lease, lease_ms)
+                requeued = await store.sweep_requeue_running(conn, self.lease, lease_ms)
+            async with store.fenced(conn, self.lease):
+                dead = await store.sweep_dead_running(conn, self.lease)
+                # Acked before commit: a crash here repeats the dead letter, never loses it.
+                await self.s.outbox.publish_dead(dead)
+            released: list[Dispatch] = []
+            if self._maybe_buffered:
+                async with store.fenced(conn, self.lease):
+                    released = await store.release_buffered(conn, self.lease, lease_ms)
+                self._maybe_buffered = await store.has_buffered(conn, self.shard)
+            last = self._last_housekeeping
+            if self.shard == 0 and (
+                last is None or time.monotonic() - last > HOUSEKEEPING_INTERVAL_S
+            ):
+                created = await dbmod.ensure_partitions(cast(asyncpg.Connection, conn))
+                self._last_housekeeping = time.monotonic()
+                log.info("job_runs partitions ensured", extra={"partitions_created": created})
+            if self.shard == 0 and (
+                self._last_gc is None or time.monotonic() - self._last_gc > GC_INTERVAL_S
+            ):
+                self._last_gc = time.monotonic()
+                report = await run_gc(
+                    cast(asyncpg.Connection, conn), retention_days=self.s.config.retention_days
+                )
+                log.info("retention applied", extra={"gc": report.to_json()})
+        if again or requeued or dead or released:
+            log.info(
+                "sweep",
+                extra={
+                    "shard": self.shard,
+                    "republished": len(again),
+                    "requeued": len(requeued),
+                    "dead": len(dead),
+                    "released": len(released),
+                },
+            )
+        self.s.metrics.dead.inc(len(dead))
+        await self._publish(again, "republish")
+        await self._publish(requeued, "requeue")
+        await self._publish(released, "buffered")
+
+    async def _step_down(self) -> None:
+        if self.lease is None:
+            return
+        try:
+            async with self.s.pool.acquire() as conn:
+                await store.step_down(conn, self.lease)
+        except store.DB_ERRORS:
+            log.warning("could not clear the shard owner", extra={"shard": self.shard})
+        self.s.metrics.leadership.labels("released").inc()

@@ -1,0 +1,192 @@
+"""What a claim writes, decided without I/O: misfire and overlap applied to a batch of due jobs.
+
+The leader hands `plan_claims` the wheel's due entries, the database clock's `now` and the
+in-flight counts of the jobs whose overlap policy needs them; it gets back the arrays of one
+`claim_due` statement: per job the `next_run_at` it expected and the one to advance to, per
+occurrence the run row to insert. Nothing here talks to Postgres or Kafka, so every policy is
+unit-tested with plain values.
+
+Per due job:
+
+    1. misfire (`tickwheel.schedule.plan_misfire`): which occurrences from the expected
+       `next_run_at` up to `now` run, which are skipped (with reason), and the next one. The
+       common case — on time, one occurrence due — takes a fast path with the same result and
+       one cached `next_after`;
+    2. overlap (`decide_overlap`), for each occurrence to run, oldest first, against the job's
+       runs in flight (`runs_in_flight`): run (pending, leased), buffer (pending without a
+       lease: see below) or skip (reason "overlap");
+    3. a `SkippedSpan` (more misfires than a plan lists) becomes ONE skipped row keyed at the
+       span's first occurrence, its reason saying where the span ends (I7 without thousands of
+       rows).
+
+Overlap `buffer_one` is realised in the run ledger: the buffered occurrence is inserted as a
+`pending` row *without* a publish lease and is not published. The sweeper's `buffered_release`
+gives it a lease and publishes it once the job has no other run in flight; until then it counts
+as the job's one buffered run, so a further occurrence is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import partial
+
+from tickwheel.clock import format_ms
+from tickwheel.domain import JobKind, OverlapPolicy, RunStatus, job_key
+from tickwheel.schedule import (
+    REASON_OVERLAP,
+    OverlapDecision,
+    ScheduleCache,
+    decide_overlap,
+    plan_misfire,
+)
+
+NO_NEXT_MS = 2**63 - 1  # "no next occurrence" where an int is needed (ordering)
+
+
+@dataclass(slots=True)
+class JobEntry:
+    """A wheel entry for a job: what planning its occurrences needs (from `horizon_jobs`)."""
+
+    tenant: str
+    job_id: str
+    version: int
+    next_ms: int  # the next_run_at this entry expects (UTC ms)
+    kind: str
+    schedule: str | None
+    timezone: str
+    dst_gap: str
+    dst_overlap: str
+    misfire_policy: str
+    grace_ms: int
+    max_catchup: int
+    overlap_policy: str
+
+    @property
+    def key(self) -> str:
+        return job_key(self.tenant, self.job_id)
+
+
+@dataclass(slots=True, frozen=True)
+class RetryEntry:
+    """A wheel entry for a retrying run, due at its `retry_ms` (UTC ms)."""
+
+    tenant: str
+    job_id: str
+    scheduled_ms: int
+    retry_ms: int
+
+
+@dataclass(slots=True)
+class ClaimBatch:
+    """The parameters of one `claim_due` statement, as parallel arrays."""
+
+    tenants: list[str] = field(default_factory=list)
+    job_ids: list[str] = field(default_factory=list)
+    expected_ms: list[int] = field(default_factory=list)
+    next_ms: list[int | None] = field(default_factory=list)
+    complete: list[bool] = field(default_factory=list)
+    run_tenants: list[str] = field(default_factory=list)
+    run_job_ids: list[str] = field(default_factory=list)
+    run_ms: list[int] = field(default_factory=list)
+    run_status: list[str] = field(default_factory=list)
+    run_reason: list[str | None] = field(default_factory=list)
+    run_leased: list[bool] = field(default_factory=list)
+    entries: list[JobEntry] = field(default_factory=list)  # the due entries, in job order
+
+    def add_run(
+        self, entry: JobEntry, ms: int, status: str, reason: str | None, leased: bool
+    ) -> None:
+        self.run_tenants.append(entry.tenant)
+        self.run_job_ids.append(entry.job_id)
+        self.run_ms.append(ms)
+        self.run_status.append(status)
+        self.run_reason.append(reason)
+        self.run_leased.append(leased)
+
+    @property
+    def skipped(self) -> int:
+        return self.run_status.count(RunStatus.SKIPPED)
+
+
+def next_fire(cache: ScheduleCache, entry: JobEntry, after_ms: int) -> int | None:
+    """The job's first occurrence strictly after `after_ms` (a one-off has none after its own)."""
+    if entry.kind == JobKind.ONCE or entry.schedule is None:
+        return None
+    return cache.next_after(
+        entry.schedule,
+        entry.timezone,
+        job_key(entry.tenant, entry.job_id),
+        entry.dst_gap,
+        entry.dst_overlap,
+        after_ms,
+    )
+
+
+def span_reason(reason: str, end_ms: int) -> str:
+    """The skip reason of a span's summary row: the reason and where the span ends."""
+    return f"{reason}: every occurrence before {format_ms(end_ms)} skipped"
+
+
+def plan_claims(
+    due: Iterable[JobEntry],
+    now_ms: int,
+    cache: ScheduleCache,
+    in_flight: dict[tuple[str, str], tuple[int, int]] | None = None,
+) -> ClaimBatch:
+    """Plan the claim of `due` at `now_ms`; `in_flight[(tenant, job_id)] = (running, buffered)`."""
+    batch = ClaimBatch()
+    counts = in_flight or {}
+    for entry in due:
+        expected = entry.next_ms
+        after = partial(next_fire, cache, entry)
+        following = after(expected)
+        if now_ms - expected <= entry.grace_ms and (following is None or following > now_ms):
+            run, skipped, next_ms, span = [expected], [], following, None
+        else:
+            plan = plan_misfire(
+                entry.misfire_policy,
+                entry.grace_ms,
+                entry.max_catchup,
+                expected,
+                now_ms,
+                after,
+            )
+            run, skipped, next_ms, span = (
+                plan.run,
+                plan.skipped,
+                plan.next_run_at,
+                plan.skipped_span,
+            )
+        batch.entries.append(entry)
+        batch.tenants.append(entry.tenant)
+        batch.job_ids.append(entry.job_id)
+        batch.expected_ms.append(expected)
+        batch.next_ms.append(next_ms)
+        batch.complete.append(next_ms is None)
+        if entry.overlap_policy == OverlapPolicy.ALLOW:
+            for ms in run:
+                batch.add_run(entry, ms, RunStatus.PENDING, None, True)
+        else:
+            running, buffered = counts.get((entry.tenant, entry.job_id), (0, 0))
+            for ms in run:
+                decision = decide_overlap(entry.overlap_policy, running, buffered)
+                if decision is OverlapDecision.RUN:
+                    batch.add_run(entry, ms, RunStatus.PENDING, None, True)
+                    running += 1
+                elif decision is OverlapDecision.BUFFER:
+                    batch.add_run(entry, ms, RunStatus.PENDING, None, False)
+                    buffered += 1
+                else:
+                    batch.add_run(entry, ms, RunStatus.SKIPPED, REASON_OVERLAP, False)
+        for ms, reason in skipped:
+            batch.add_run(entry, ms, RunStatus.SKIPPED, reason, False)
+        if span is not None:
+            batch.add_run(
+                entry,
+                span.start_ms,
+                RunStatus.SKIPPED,
+                span_reason(span.reason, span.end_ms),
+                False,
+            )
+    return batch

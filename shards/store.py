@@ -1,0 +1,288 @@
+"""The shard leaders' Postgres side: takeover, the fence, horizon reads, claims and sweeps.
+
+Every write runs inside `fenced(...)`: a transaction whose first statement share-locks the
+shard's `shard_leaders` row and checks that its epoch and owner are still the caller's (I2). A
+takeover bumps the epoch under that row's lock, so a leader that was paused past its ZooKeeper
+session and resumes finds another epoch there and writes nothing (`FencedOut`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import asyncpg
+import orjson
+from asyncpg.pool import PoolConnectionProxy
+
+from tickwheel.domain import run_key
+from tickwheel.envelopes import RunEnvelope
+from tickwheel.queries import QUERIES
+from tickwheel.shards.plan import ClaimBatch, JobEntry, RetryEntry
+
+# A connection of its own or one lent by a pool: the leaders use a pool.
+Conn: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[Any]"
+
+# What a failed database round trip raises: the server (or its connection) went away, refused,
+# or killed the session (e.g. idle_in_transaction_session_timeout after a freeze). A leader
+# logs them and tries again; anything else is a bug and stops the process.
+DB_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+
+SWEEP_LIMIT = 5000  # runs one sweep statement handles at most (the next sweep takes the rest)
+
+
+class FencedOut(Exception):
+    """The shard's epoch or owner is no longer ours: another leader took over."""
+
+    def __init__(self, shard: int, epoch: int, found: tuple[int, str | None] | None) -> None:
+        super().__init__(f"shard {shard}: epoch {epoch} was fenced out (now {found})")
+        self.shard = shard
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who leads a shard: the epoch taken at takeover and the owner written with it."""
+
+    shard: int
+    epoch: int
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """A run to publish: its row's key and attempt, and what its envelope carries."""
+
+    tenant: str
+    job_id: str
+    scheduled_ms: int
+    attempt: int
+    priority: str
+    handler: str | None
+    target: str | None  # JSON text
+    payload: str  # JSON text
+    timeout_ms: int
+
+    def envelope(self, epoch: int) -> RunEnvelope:
+        return RunEnvelope(
+            run_key=run_key(self.tenant, self.job_id, self.scheduled_ms),
+            tenant=self.tenant,
+            job_id=self.job_id,
+            scheduled_at=self.scheduled_ms,
+            attempt=self.attempt,
+            epoch=epoch,
+            priority=self.priority,
+            # The payload's JSON text goes into the envelope as it is (no decode/encode).
+            payload=orjson.Fragment(self.payload),
+            timeout_ms=self.timeout_ms,
+            handler=self.handler,
+            target=orjson.loads(self.target) if self.target is not None else None,
+        )
+
+
+def entry_of(row: asyncpg.Record) -> JobEntry:
+    return JobEntry(
+        tenant=row["tenant"],
+        job_id=row["job_id"],
+        version=row["version"],
+        next_ms=row["next_run_at"],
+        kind=row["kind"],
+        schedule=row["schedule"],
+        timezone=row["timezone"],
+        dst_gap=row["dst_gap"],
+        dst_overlap=row["dst_overlap"],
+        misfire_policy=row["misfire_policy"],
+        grace_ms=row["misfire_grace_ms"],
+        max_catchup=row["misfire_max_catchup"],
+        overlap_policy=row["overlap_policy"],
+    )
+
+
+def _dispatch(row: asyncpg.Record, attempt: int | None = None) -> Dispatch:
+    return Dispatch(
+        tenant=row["tenant"],
+        job_id=row["job_id"],
+        scheduled_ms=row["scheduled_at"],
+        attempt=row["attempt"] if attempt is None else attempt,
+        priority=row["priority"],
+        handler=row["handler"],
+        target=row["target"],
+        payload=row["payload"],
+        timeout_ms=row["timeout_ms"],
+    )
+
+
+async def take_over(conn: Conn, shard: int, owner: str) -> Lease:
+    """Bump the shard's epoch and write us as its owner (the takeover, I2)."""
+    epoch: int = await conn.fetchval(QUERIES["shard_take_over"], shard, owner)
+    return Lease(shard, epoch, owner)
+
+
+async def step_down(conn: Conn, lease: Lease) -> None:
+    await conn.execute(QUERIES["shard_step_down"], lease.shard, lease.epoch, lease.owner)
+
+
+@asynccontextmanager
+async def fenced(conn: Conn, lease: Lease) -> AsyncIterator[Conn]:
+    """A transaction that holds the shard's row share-locked and is ours, or FencedOut."""
+    async with conn.transaction():
+        row = await conn.fetchrow(QUERIES["shard_fence"], lease.shard)
+        if row is None or row["epoch"] != lease.epoch or row["owner"] != lease.owner:
+            found = None if row is None else (row["epoch"], row["owner"])
+            raise FencedOut(lease.shard, lease.epoch, found)
+        yield conn
+
+
+async def horizon(conn: Conn, shard: int, until_ms: int) -> tuple[list[JobEntry], list[RetryEntry]]:
+    """The shard's active jobs and retrying runs due before `until_ms`, from one snapshot."""
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        jobs = await conn.fetch(QUERIES["horizon_jobs"], shard, until_ms)
+        retries = await conn.fetch(QUERIES["horizon_retries"], shard, until_ms)
+    return [entry_of(r) for r in jobs], [
+        RetryEntry(r["tenant"], r["job_id"], r["scheduled_at"], r["retry_at"]) for r in retries
+    ]
+
+
+async def retries(conn: Conn, shard: int, until_ms: int) -> list[RetryEntry]:
+    """The shard's retrying runs due before `until_ms` (the sweeper's look-ahead)."""
+    rows = await conn.fetch(QUERIES["horizon_retries"], shard, until_ms)
+    return [RetryEntry(r["tenant"], r["job_id"], r["scheduled_at"], r["retry_at"]) for r in rows]
+
+
+async def jobs_by_keys(conn: Conn, keys: Sequence[tuple[str, str]]) -> list[asyncpg.Record]:
+    return list(
+        await conn.fetch(QUERIES["jobs_by_keys"], [k[0] for k in keys], [k[1] for k in keys])
+    )
+
+
+async def in_flight(
+    conn: Conn, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], tuple[int, int]]:
+    """(running, buffered) runs in flight per job, for the overlap policies."""
+    rows = await conn.fetch(QUERIES["runs_in_flight"], [k[0] for k in keys], [k[1] for k in keys])
+    return {(r["tenant"], r["job_id"]): (r["running"], r["buffered"]) for r in rows}
+
+
+@dataclass(slots=True)
+class Claimed:
+    """What a claim committed: the jobs it advanced and the runs to publish."""
+
+    jobs: set[tuple[str, str]]
+    runs: list[Dispatch]
+
+
+async def claim(conn: Conn, lease: Lease, lease_ms: int, batch: ClaimBatch) -> Claimed:
+    """The claim statement (inside `fenced`): advance the jobs, insert the planned run rows."""
+    rows = await conn.fetch(
+        QUERIES["claim_due"],
+        lease.shard,
+        lease.epoch,
+        lease_ms,
+        batch.tenants,
+        batch.job_ids,
+        batch.expected_ms,
+        batch.next_ms,
+        batch.complete,
+        batch.run_tenants,
+        batch.run_job_ids,
+        batch.run_ms,
+        batch.run_status,
+        batch.run_reason,
+        batch.run_leased,
+    )
+    jobs: dict[tuple[str, str], asyncpg.Record] = {}
+    pending: list[asyncpg.Record] = []
+    for row in rows:
+        if row["scheduled_at"] is None:
+            jobs[(row["tenant"], row["job_id"])] = row
+        else:
+            pending.append(row)
+    runs = []
+    for row in pending:
+        job = jobs[(row["tenant"], row["job_id"])]
+        runs.append(
+            Dispatch(
+                tenant=row["tenant"],
+                job_id=row["job_id"],
+                scheduled_ms=row["scheduled_at"],
+                attempt=1,
+                priority=job["priority"],
+                handler=job["handler"],
+                target=job["target"],
+                payload=job["payload"],
+                timeout_ms=job["timeout_ms"],
+            )
+        )
+    return Claimed(set(jobs), runs)
+
+
+async def mark_published(conn: Conn, runs: Sequence[Dispatch]) -> None:
+    """After the broker's acks (inside `fenced`): published_at, and pending → published."""
+    await conn.execute(
+        QUERIES["runs_mark_published"],
+        [r.tenant for r in runs],
+        [r.job_id for r in runs],
+        [r.scheduled_ms for r in runs],
+        [r.attempt for r in runs],
+    )
+
+
+async def sweep_republish(conn: Conn, lease: Lease, lease_ms: int) -> list[Dispatch]:
+    rows = await conn.fetch(
+        QUERIES["sweep_republish"], lease.shard, lease.epoch, lease_ms, SWEEP_LIMIT
+    )
+    return [_dispatch(r) for r in rows]
+
+
+async def sweep_requeue_running(conn: Conn, lease: Lease, lease_ms: int) -> list[Dispatch]:
+    rows = await conn.fetch(
+        QUERIES["sweep_requeue_running"], lease.shard, lease.epoch, lease_ms, SWEEP_LIMIT
+    )
+    return [_dispatch(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Dead:
+    """A run the sweeper declared dead: its envelope's parts, the error and when."""
+
+    run: Dispatch
+    epoch: int
+    error: str
+    dead_at_ms: int
+
+
+async def sweep_dead_running(conn: Conn, lease: Lease) -> list[Dead]:
+    rows = await conn.fetch(QUERIES["sweep_dead_running"], lease.shard, SWEEP_LIMIT)
+    return [Dead(_dispatch(r), r["epoch"], r["last_error"], r["dead_at"]) for r in rows]
+
+
+async def claim_retries(
+    conn: Conn, lease: Lease, lease_ms: int, due: Sequence[RetryEntry]
+) -> list[Dispatch]:
+    rows = await conn.fetch(
+        QUERIES["retries_claim"],
+        lease.shard,
+        lease.epoch,
+        lease_ms,
+        [r.tenant for r in due],
+        [r.job_id for r in due],
+        [r.scheduled_ms for r in due],
+        [r.retry_ms for r in due],
+    )
+    return [_dispatch(r) for r in rows]
+
+
+async def release_buffered(conn: Conn, lease: Lease, lease_ms: int) -> list[Dispatch]:
+    rows = await conn.fetch(QUERIES["buffered_release"], lease.shard, lease.epoch, lease_ms)
+    return [_dispatch(r) for r in rows]
+
+
+async def has_buffered(conn: Conn, shard: int) -> bool:
+    found: bool = await conn.fetchval(QUERIES["shard_has_buffered"], shard)
+    return found

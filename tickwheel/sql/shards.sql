@@ -1,0 +1,255 @@
+-- The shard leaders' queries (shards/store.py). Times cross this boundary as integer
+-- milliseconds since the epoch, converted exactly with interval arithmetic. Every write of a
+-- leader runs in a transaction that first passes `shard_fence` (I2).
+
+-- feed_position --
+-- Step 1 of a change-feed poll (docs/CHANGE_FEED.md): the xmin of a snapshot taken before the
+-- read below; the lower bound to pass to the next poll.
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS since
+
+-- jobs_changed_since --
+-- Step 2: every job of the given shards written by a transaction not yet committed when the
+-- previous poll's position was taken. Rows may repeat across polls; (job, version) identifies
+-- a change. The columns are those of `horizon_jobs`: a row goes straight into a wheel.
+SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
+       (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
+       j.kind, j.schedule, j.timezone, j.dst_gap, j.dst_overlap, j.misfire_policy,
+       j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy,
+       (extract(epoch FROM j.updated_at) * 1000)::bigint AS updated_at,
+       j.change_xid::text AS change_xid
+FROM jobs j
+WHERE j.shard_id = ANY($1::integer[]) AND j.change_xid >= $2::text::xid8
+ORDER BY j.change_xid
+
+-- db_clock_ms --
+-- The database's clock (not the transaction's start): what "never early" (I8) is measured by.
+-- Floored, not rounded: a clock read half a millisecond ahead would be early.
+SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms
+
+-- shard_take_over --
+-- A new leader's first write: bump the epoch under the row lock (an INSERT ... ON CONFLICT
+-- UPDATE locks the row like FOR UPDATE), so every claim of the previous leader that has not
+-- committed yet waits for us and then fails its fence.
+INSERT INTO shard_leaders AS s (shard_id, epoch, owner, since)
+VALUES ($1, 1, $2, now())
+ON CONFLICT (shard_id) DO UPDATE SET epoch = s.epoch + 1, owner = EXCLUDED.owner, since = now()
+RETURNING epoch
+
+-- shard_fence --
+-- First statement of every leader transaction: the shard's row, share-locked until commit, so
+-- no takeover can commit in between. The caller goes on only if epoch and owner are its own.
+SELECT epoch, owner FROM shard_leaders WHERE shard_id = $1 FOR SHARE
+
+-- shard_step_down --
+-- A leader that leaves on purpose (rebalance, shutdown) clears the owner if it is still its.
+UPDATE shard_leaders SET owner = NULL WHERE shard_id = $1 AND epoch = $2 AND owner = $3
+
+-- horizon_jobs --
+-- The horizon load: a shard's active jobs due before $2 (index jobs_due).
+SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
+       (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
+       j.kind, j.schedule, j.timezone, j.dst_gap, j.dst_overlap, j.misfire_policy,
+       j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy
+FROM jobs j
+WHERE j.shard_id = $1 AND j.status = 'active'
+  AND j.next_run_at < 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
+
+-- jobs_by_keys --
+-- The current rows of some jobs (wheel entries a claim found stale), in the horizon's shape.
+SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
+       (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
+       j.kind, j.schedule, j.timezone, j.dst_gap, j.dst_overlap, j.misfire_policy,
+       j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy
+FROM jobs j
+JOIN unnest($1::text[], $2::text[]) AS k(tenant, job_id)
+  ON j.tenant = k.tenant AND j.job_id = k.job_id
+
+-- horizon_retries --
+-- The shard's retrying runs due before $2 (index job_runs_retry): they go out through the wheel.
+SELECT r.tenant, r.job_id,
+       (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
+       (extract(epoch FROM r.retry_at) * 1000)::bigint AS retry_at
+FROM job_runs r
+WHERE r.shard_id = $1 AND r.status = 'retrying'
+  AND r.retry_at < 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
+
+-- runs_in_flight --
+-- Per job, its runs in flight (domain.IN_FLIGHT), split into buffered ones (pending without a
+-- lease: held back by overlap buffer_one) and the others, for the overlap policies.
+SELECT r.tenant, r.job_id,
+       count(*) FILTER (WHERE r.status = 'pending' AND r.lease_until IS NULL) AS buffered,
+       count(*) FILTER (WHERE r.status <> 'pending' OR r.lease_until IS NOT NULL) AS running
+FROM job_runs r
+JOIN unnest($1::text[], $2::text[]) AS k(tenant, job_id)
+  ON r.tenant = k.tenant AND r.job_id = k.job_id
+WHERE r.status IN ('pending', 'published', 'running', 'retrying')
+GROUP BY r.tenant, r.job_id
+
+-- claim_due --
+-- The claim (I3): advance each due job whose `next_run_at` is still the one the wheel expected
+-- ($6), completing one-offs, and insert the run rows planned for the jobs actually claimed:
+-- `pending` ones with a publish lease (attempt 1) or without one (buffered), `skipped` ones
+-- with their reason. Returns one row per job claimed (scheduled_at NULL) with what its
+-- envelopes need, and one row per pending run to publish (the job columns NULL).
+--   $1 shard  $2 epoch  $3 publish lease ms
+--   jobs: $4 tenant  $5 job_id  $6 expected ms  $7 next ms (NULL: none)  $8 complete
+--   runs: $9 tenant  $10 job_id  $11 scheduled ms  $12 status  $13 skip_reason  $14 leased
+WITH claimed AS (
+    UPDATE jobs j SET
+        next_run_at = 'epoch'::timestamptz + c.next_ms * interval '1 millisecond',
+        status = CASE WHEN c.complete THEN 'completed' ELSE j.status END
+    FROM unnest($4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::boolean[])
+         AS c(tenant, job_id, expected_ms, next_ms, complete)
+    WHERE j.tenant = c.tenant AND j.job_id = c.job_id AND j.shard_id = $1
+      AND j.status = 'active'
+      AND j.next_run_at = 'epoch'::timestamptz + c.expected_ms * interval '1 millisecond'
+    RETURNING j.tenant, j.job_id, j.priority, j.max_attempts, j.handler, j.target::text AS target,
+              j.payload::text AS payload, j.timeout_ms
+), inserted AS (
+    INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, status, attempt,
+                          epoch, lease_until, max_attempts, origin, skip_reason, finished_at)
+    SELECT r.tenant, r.job_id, 'epoch'::timestamptz + r.ms * interval '1 millisecond', $1,
+           c.priority, r.status, CASE WHEN r.status = 'pending' THEN 1 ELSE 0 END, $2,
+           CASE WHEN r.leased THEN now() + $3::bigint * interval '1 millisecond' END,
+           c.max_attempts, 'schedule', r.skip_reason,
+           CASE WHEN r.status = 'skipped' THEN now() END
+    FROM unnest($9::text[], $10::text[], $11::bigint[], $12::text[], $13::text[], $14::boolean[])
+         AS r(tenant, job_id, ms, status, skip_reason, leased)
+    JOIN claimed c ON c.tenant = r.tenant AND c.job_id = r.job_id
+    ON CONFLICT DO NOTHING
+    RETURNING tenant, job_id, scheduled_at, status, lease_until
+)
+-- No join here: the CTEs carry no statistics, and the planner's nested loop over them cost
+-- 25 million comparisons for 5,000 jobs. The caller pairs runs with their jobs by key.
+SELECT c.tenant, c.job_id, NULL::bigint AS scheduled_at,
+       c.priority, c.handler, c.target, c.payload, c.timeout_ms
+FROM claimed c
+UNION ALL
+SELECT i.tenant, i.job_id, (extract(epoch FROM i.scheduled_at) * 1000)::bigint,
+       NULL, NULL, NULL, NULL, NULL
+FROM inserted i
+WHERE i.status = 'pending' AND i.lease_until IS NOT NULL
+
+-- runs_mark_published --
+-- After the broker's acks: remember the publish; a run a worker already claimed keeps its
+-- status (never overwrite 'running' or later). The attempt must still be the one published.
+UPDATE job_runs r SET
+    published_at = now(),
+    status = CASE WHEN r.status = 'pending' THEN 'published' ELSE r.status END
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[])
+     AS k(tenant, job_id, ms, attempt)
+WHERE r.tenant = k.tenant AND r.job_id = k.job_id
+  AND r.scheduled_at = 'epoch'::timestamptz + k.ms * interval '1 millisecond'
+  AND r.attempt = k.attempt
+
+-- sweep_republish --
+-- Sweeper (a): pending/published runs of the shard whose publish lease lapsed before a worker
+-- started them get a new lease and are published again with the same attempt.
+--   $1 shard  $2 epoch  $3 lease ms  $4 batch limit
+WITH lapsed AS (
+    SELECT tenant, job_id, scheduled_at FROM job_runs
+    WHERE shard_id = $1 AND status IN ('pending', 'published') AND lease_until < now()
+    LIMIT $4
+    FOR UPDATE
+)
+UPDATE job_runs r SET lease_until = now() + $3::bigint * interval '1 millisecond', epoch = $2
+FROM lapsed l, jobs j
+WHERE r.tenant = l.tenant AND r.job_id = l.job_id AND r.scheduled_at = l.scheduled_at
+  AND r.status IN ('pending', 'published') AND r.lease_until < now()
+  AND j.tenant = r.tenant AND j.job_id = r.job_id
+RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
+          r.attempt, r.priority, j.handler, j.target::text AS target, j.payload::text AS payload,
+          j.timeout_ms
+
+-- sweep_requeue_running --
+-- Sweeper (b): running runs whose worker lease lapsed (the worker died) with attempts left:
+-- the next attempt, pending under a new publish lease, published again by the caller.
+WITH lapsed AS (
+    SELECT tenant, job_id, scheduled_at FROM job_runs
+    WHERE shard_id = $1 AND status = 'running' AND lease_until < now()
+      AND attempt < max_attempts
+    LIMIT $4
+    FOR UPDATE
+)
+UPDATE job_runs r SET
+    status = 'pending', attempt = r.attempt + 1, epoch = $2,
+    lease_until = now() + $3::bigint * interval '1 millisecond',
+    published_at = NULL, worker = NULL, started_at = NULL,
+    last_error = 'attempt ' || r.attempt || ': the worker''s lease lapsed (worker lost)'
+FROM lapsed l, jobs j
+WHERE r.tenant = l.tenant AND r.job_id = l.job_id AND r.scheduled_at = l.scheduled_at
+  AND r.status = 'running' AND r.lease_until < now() AND r.attempt < r.max_attempts
+  AND j.tenant = r.tenant AND j.job_id = r.job_id
+RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
+          r.attempt, r.priority, j.handler, j.target::text AS target, j.payload::text AS payload,
+          j.timeout_ms
+
+-- sweep_dead_running --
+-- Sweeper (b): running runs whose worker lease lapsed on their last attempt become dead; the
+-- caller publishes their dead letters before it commits.
+WITH lapsed AS (
+    SELECT tenant, job_id, scheduled_at FROM job_runs
+    WHERE shard_id = $1 AND status = 'running' AND lease_until < now()
+      AND attempt >= max_attempts
+    LIMIT $2
+    FOR UPDATE
+)
+UPDATE job_runs r SET
+    status = 'dead', finished_at = now(), lease_until = NULL,
+    last_error = 'the worker''s lease lapsed on attempt ' || r.attempt || ' of '
+                 || r.max_attempts || ' (worker lost)'
+FROM lapsed l, jobs j
+WHERE r.tenant = l.tenant AND r.job_id = l.job_id AND r.scheduled_at = l.scheduled_at
+  AND r.status = 'running' AND r.lease_until < now() AND r.attempt >= r.max_attempts
+  AND j.tenant = r.tenant AND j.job_id = r.job_id
+RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
+          r.attempt, r.epoch, r.priority, j.handler, j.target::text AS target,
+          j.payload::text AS payload, j.timeout_ms, r.last_error,
+          (extract(epoch FROM r.finished_at) * 1000)::bigint AS dead_at
+
+-- retries_claim --
+-- Sweeper (c), through the wheel: retrying runs whose retry_at is still the one the wheel
+-- expected become the next attempt, pending under a new publish lease (I6).
+--   $1 shard  $2 epoch  $3 lease ms  $4 tenant  $5 job_id  $6 scheduled ms  $7 retry_at ms
+UPDATE job_runs r SET
+    status = 'pending', attempt = r.attempt + 1, epoch = $2,
+    lease_until = now() + $3::bigint * interval '1 millisecond',
+    published_at = NULL, worker = NULL, started_at = NULL
+FROM unnest($4::text[], $5::text[], $6::bigint[], $7::bigint[]) AS k(tenant, job_id, ms, retry_ms),
+     jobs j
+WHERE r.tenant = k.tenant AND r.job_id = k.job_id
+  AND r.scheduled_at = 'epoch'::timestamptz + k.ms * interval '1 millisecond'
+  AND r.shard_id = $1 AND r.status = 'retrying'
+  AND r.retry_at = 'epoch'::timestamptz + k.retry_ms * interval '1 millisecond'
+  AND j.tenant = r.tenant AND j.job_id = r.job_id
+RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
+          r.attempt, r.priority, j.handler, j.target::text AS target, j.payload::text AS payload,
+          j.timeout_ms
+
+-- buffered_release --
+-- Overlap buffer_one: a buffered run (pending without a lease) whose job has no other run in
+-- flight gets its publish lease and goes out.
+--   $1 shard  $2 epoch  $3 lease ms
+WITH ready AS (
+    SELECT b.tenant, b.job_id, b.scheduled_at FROM job_runs b
+    WHERE b.shard_id = $1 AND b.status = 'pending' AND b.lease_until IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM job_runs o
+          WHERE o.tenant = b.tenant AND o.job_id = b.job_id
+            AND o.status IN ('pending', 'published', 'running', 'retrying')
+            AND (o.status <> 'pending' OR o.lease_until IS NOT NULL))
+    FOR UPDATE OF b
+)
+UPDATE job_runs r SET lease_until = now() + $3::bigint * interval '1 millisecond', epoch = $2
+FROM ready b, jobs j
+WHERE r.tenant = b.tenant AND r.job_id = b.job_id AND r.scheduled_at = b.scheduled_at
+  AND r.status = 'pending' AND r.lease_until IS NULL
+  AND j.tenant = r.tenant AND j.job_id = r.job_id
+RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
+          r.attempt, r.priority, j.handler, j.target::text AS target, j.payload::text AS payload,
+          j.timeout_ms
+
+-- shard_has_buffered --
+SELECT EXISTS (
+    SELECT 1 FROM job_runs WHERE shard_id = $1 AND status = 'pending' AND lease_until IS NULL
+) AS any
