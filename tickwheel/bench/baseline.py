@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -128,7 +128,7 @@ async def poll_until_drained(dsn: str, kafka: str, prefix: str, start_at_ms: int
 
 
 async def run_baseline(
-    res: Scratch, jobs: int, fleet: Fleet, progress: Any, log_dir: Path
+    res: Scratch, jobs: int, fleet: Fleet, progress: Callable[[int], None]
 ) -> BaselineResult:
     """Make every job of `res` due, run the pollers, wait until every job has its run row."""
     conn = await asyncpg.connect(res.dsn)

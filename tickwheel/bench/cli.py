@@ -13,13 +13,20 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings
 from tickwheel.config import Settings
+
+if TYPE_CHECKING:
+    from tickwheel.bench.baseline import BaselineResult
+    from tickwheel.bench.burst import BurstConfig, BurstResult
+
+T = TypeVar("T")
 
 DEFAULT_JOBS = 100_000
 BASELINE_JOBS_MAX = 100_000  # the baseline's rate is measured on at most this many jobs
@@ -93,7 +100,7 @@ def _burst_config(
     partitions: int | None,
     lead_s: float | None,
     log_dir: Path | None,
-) -> Any:
+) -> BurstConfig:
     from tickwheel.bench.burst import BurstConfig
     from tickwheel.bench.load import Handler
 
@@ -141,7 +148,7 @@ def _write_json(path: Path | None, result: dict[str, Any]) -> None:
         click.echo(f"figures: {path}", err=True)
 
 
-def _run(coro: Any) -> Any:
+def _run(coro: Coroutine[Any, Any, T]) -> T:
     """Run the benchmark; a failure of the environment or a process is one line, exit 1."""
     import asyncpg
     from confluent_kafka import KafkaException
@@ -156,7 +163,7 @@ def _run(coro: Any) -> Any:
         fail(f"benchmark stopped: {type(exc).__name__}: {exc}")
 
 
-async def _baseline(s: Settings, cfg: Any, jobs: int) -> Any:
+async def _baseline(s: Settings, cfg: BurstConfig, jobs: int) -> BaselineResult:
     """The naive pollers on the same jobs, in a scratch database of their own."""
     from tickwheel.bench import load
     from tickwheel.bench.baseline import run_baseline
@@ -178,7 +185,7 @@ async def _baseline(s: Settings, cfg: Any, jobs: int) -> Any:
             await load.register_bulk(res, load.documents(dues, cfg.handler), bar.set)
         click.echo("baseline: 3 naive pollers claiming", err=True)
         with Fleet(res.env(), cfg.log_dir / "baseline") as fleet, Bar(jobs, "claimed") as bar:
-            return await run_baseline(res, jobs, fleet, bar.set, cfg.log_dir)
+            return await run_baseline(res, jobs, fleet, bar.set)
 
 
 @bench.command("hot-second")
@@ -233,7 +240,7 @@ def hot_second(
         registration, partitions, lead_s, log_dir,
     )  # fmt: skip
 
-    async def go() -> tuple[Any, Any]:
+    async def go() -> tuple[BurstResult, BaselineResult | None]:
         base = (
             await _baseline(s, cfg, baseline_jobs or min(jobs, BASELINE_JOBS_MAX))
             if baseline
@@ -301,7 +308,7 @@ def steady(
         handler_text, registration, partitions, lead_s, log_dir,
     )  # fmt: skip
 
-    async def go() -> Any:
+    async def go() -> BurstResult:
         async with scratch(
             s.effective_dsn, s.effective_kafka, s.effective_zk, shards=cfg.shards,
             partitions=cfg.partitions,
