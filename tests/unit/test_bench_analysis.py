@@ -115,6 +115,7 @@ def test_lateness_is_against_each_runs_own_instant() -> None:
         for i in range(10)
     ]  # fmt: skip
     late = lateness([r.run_key for r in records], records)
+    assert late.claimed.max_s == 0.0
     assert late.published.p50_s == 0.25
     assert late.published.max_s == 0.5
     assert late.started.p99_s == 1.0

@@ -187,6 +187,7 @@ class Lateness:
     """Steady load: instants minus each run's own scheduled instant, seconds."""
 
     runs: int
+    claimed: Spread
     published: Spread
     started: Spread
     published_p999_s: float
@@ -203,6 +204,7 @@ def lateness(
     publish_ms = published_instants(mine, first_append or {})
     pub = [(p - r.scheduled_ms) / MS_PER_S for r, p in zip(mine, publish_ms, strict=True) if p]
     start = [(r.started_ms - r.scheduled_ms) / MS_PER_S for r in mine if r.started_ms]
+    claim = [(r.claimed_ms - r.scheduled_ms) / MS_PER_S for r in mine]
     published = Spread.of(pub, len(wanted))
     started = Spread.of(start, len(wanted))
 
@@ -210,7 +212,9 @@ def lateness(
         padded = sorted(values) + [math.inf] * (len(wanted) - len(values))
         return percentile(padded, 99.9) if padded else math.inf
 
-    return Lateness(len(wanted), published, started, p999(pub), p999(start))
+    return Lateness(
+        len(wanted), Spread.of(claim, len(wanted)), published, started, p999(pub), p999(start)
+    )
 
 
 def cumulative(instants_ms: Iterable[int | None], origin_ms: int) -> tuple[list[float], list[int]]:
