@@ -31,7 +31,7 @@ import asyncpg
 
 from tickwheel.bench import load
 from tickwheel.bench.analysis import MS_PER_S, RunRecord
-from tickwheel.bench.fleet import Fleet, machine_cpu_seconds
+from tickwheel.bench.fleet import Fleet, cpu_seconds, machine_cpu_seconds
 from tickwheel.bench.load import Handler
 from tickwheel.bench.observe import fetch_runs, run_deliveries, wheel_entries
 from tickwheel.bench.report import Bar
@@ -84,8 +84,8 @@ class BurstResult:
     scheduler_rss_loaded: int
     timed_out: bool
     loaded_jobs: int  # jobs the wheels were to hold before T0 (those within the horizon)
-    # CPU seconds from T0 until every run succeeded: per kind of child, and the rest of the
-    # machine (Postgres, Kafka, this harness, and whatever else runs there)
+    # CPU seconds from T0 until every run succeeded: scheduler, workers, the scratch database's
+    # Postgres backends, and the rest of the machine (Kafka, WAL, this harness, other work)
     cpu_s: dict[str, float]
     notes: list[str] = field(default_factory=list)
 
@@ -187,9 +187,11 @@ async def run_burst(res: Scratch, cfg: BurstConfig, say: Callable[[str], None]) 
             if t0_before_loaded:
                 notes.append("T0 came before the wheels held every job")
             await asyncio.sleep(max(0.0, (t0_ms - now_ms()) / MS_PER_S))
-            cpu_before, machine_before = fleet.cpu(), machine_cpu_seconds()
+            cpu_before = {**fleet.cpu(), **await _postgres_cpu(conn)}
+            machine_before = machine_cpu_seconds()
             timed_out = await _follow(conn, fleet, cfg, t0_ms)
-            cpu = _cpu_spent(cpu_before, fleet.cpu(), machine_cpu_seconds() - machine_before)
+            cpu_after = {**fleet.cpu(), **await _postgres_cpu(conn)}
+            cpu = _cpu_spent(cpu_before, cpu_after, machine_cpu_seconds() - machine_before)
             await asyncio.sleep(LINGER_AFTER_DONE_S)
             fleet.check()
             fleet.stop()
@@ -219,10 +221,17 @@ async def run_burst(res: Scratch, cfg: BurstConfig, say: Callable[[str], None]) 
     )
 
 
+async def _postgres_cpu(conn: asyncpg.Connection) -> dict[str, float]:
+    """CPU seconds so far of each Postgres server process serving the scratch database."""
+    pids = [r["pid"] for r in await conn.fetch(QUERIES["bench_backends"])]
+    return {f"postgres-{pid}": cpu_seconds(pid) for pid in pids}
+
+
 def _cpu_spent(
     before: dict[str, float], after: dict[str, float], machine_s: float
 ) -> dict[str, float]:
-    """CPU seconds per kind of child (`scheduler`, `worker`) and for everything else."""
+    """CPU seconds per kind of process (`scheduler`, `worker`, `postgres` backends of the
+    scratch database) and for everything else (Kafka, WAL writing, this harness, others)."""
     spent: dict[str, float] = {}
     for name, seconds in after.items():
         kind = name.rsplit("-", 1)[0]

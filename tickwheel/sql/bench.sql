@@ -26,6 +26,10 @@ SELECT count(*) FROM jobs
 -- Shards whose leader has taken over (scheduler start-up is complete when all are).
 SELECT count(*) FROM shard_leaders WHERE owner IS NOT NULL
 
+-- bench_backends --
+-- The server processes of this database's connections (their CPU is read from /proc).
+SELECT pid FROM pg_stat_activity WHERE datname = current_database()
+
 -- bench_db_now_ms --
 SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
 
