@@ -128,8 +128,9 @@ async def one_run(mode: str, processes: int, count: int, logs: Path) -> dict[str
         "mode": mode,
         "processes": processes,
         "count": count,
-        "first_batch_after_spawn_s": [round(b[0] - spawned, 2) for b in batches],
-        "last_batch_after_spawn_s": [round(b[-1] - spawned, 2) for b in batches],
+        # None: that process applied nothing (the others had finished before it got partitions)
+        "first_batch_after_spawn_s": [round(b[0] - spawned, 2) if b else None for b in batches],
+        "last_batch_after_spawn_s": [round(b[-1] - spawned, 2) if b else None for b in batches],
         "per_second": round(count / span),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
