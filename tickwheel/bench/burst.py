@@ -223,8 +223,12 @@ async def run_burst(res: Scratch, cfg: BurstConfig, say: Callable[[str], None]) 
 
 async def _postgres_cpu(conn: asyncpg.Connection) -> dict[str, float]:
     """CPU seconds so far of each Postgres server process serving the scratch database."""
+    mine = conn.get_server_pid()  # the harness's own polling is not the system's cost
     pids = [r["pid"] for r in await conn.fetch(QUERIES["bench_backends"])]
-    return {f"postgres-{pid}": cpu_seconds(pid) for pid in pids}
+    return {
+        f"{'harness_postgres' if pid == mine else 'postgres'}-{pid}": cpu_seconds(pid)
+        for pid in pids
+    }
 
 
 def _cpu_spent(

@@ -231,7 +231,7 @@ def plot(
     ax.set_xlabel("seconds since T0")
     ax.set_ylabel("runs (cumulative)")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper left")
     if baseline_rows and baseline_start_ms is not None:
         bx = axes[0][1]
         xs, ys = cumulative([r.claimed_ms for r in baseline_rows], baseline_start_ms)
@@ -241,7 +241,7 @@ def plot(
         bx.set_title("baseline: 3 pollers, SKIP LOCKED, per-row writes")
         bx.set_xlabel("seconds since start")
         bx.grid(alpha=0.3)
-        bx.legend()
+        bx.legend(loc="upper left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
