@@ -15,6 +15,7 @@ from tickwheel import __version__
 from tickwheel.core_cli import db, topics
 from tickwheel.demo import demo
 from tickwheel.operations.cli import dlq, gc, jobs, runs
+from tickwheel.operations.status import status
 from tickwheel.registry_api.cli import registry, tenant
 from tickwheel.schedule.cli import cron
 from tickwheel.shards.cli import scheduler
@@ -42,5 +43,6 @@ for command in (
     runs,
     jobs,
     gc,
+    status,
 ):
     main.add_command(command)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
@@ -77,6 +77,15 @@ def scratch_database(dsn: str, prefix: str, *, template: str | None = None) -> I
         yield Database(name, with_database(dsn, name))
     finally:
         asyncio.run(_admin(dsn, drop))
+
+
+def create_scratch_database(dsn: str, prefix: str) -> tuple[Database, Callable[[], None]]:
+    """A new database `<prefix>_<random>` and the function that drops it, for a caller whose
+    database may outlive the block (`tickwheel demo --keep`; a context manager's generator
+    would drop it when collected)."""
+    name, create, drop = _scratch(prefix, None)
+    asyncio.run(_admin(dsn, create))
+    return Database(name, with_database(dsn, name)), lambda: asyncio.run(_admin(dsn, drop))
 
 
 async def migrate(dsn: str, *, partitions: bool = True) -> None:
