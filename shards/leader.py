@@ -45,7 +45,9 @@ The sweeper (every `sweep_interval_ms`, fenced like the claim) publishes again w
 worker lease lapsed: the next attempt, or `dead` plus a dead letter on the last one (the DLQ
 publish is acknowledged before that transaction commits, so a crash repeats it rather than
 losing it); (c) loads `retrying` runs into the wheel by `retry_at`, claimed when due with
-`retries_claim` (I6); (d) releases runs buffered by overlap `buffer_one` (see `plan.py`).
+`retries_claim` (I6) — triggers and backfills are such runs at attempt 0, whose first claim
+applies the job's overlap policy (`plan_first_dispatch`: run, hold as the buffered run, or
+record skipped); (d) releases runs buffered by overlap `buffer_one` (see `plan.py`).
 """
 
 from __future__ import annotations
@@ -67,12 +69,18 @@ from tickwheel.faults import crash_point
 from tickwheel.kafka import PublishError
 from tickwheel.operations.gc import run_gc
 from tickwheel.queries import QUERIES
-from tickwheel.schedule import ScheduleCache
+from tickwheel.schedule import REASON_OVERLAP, ScheduleCache
 from tickwheel.shards import store
 from tickwheel.shards.dbclock import DbClock
 from tickwheel.shards.metrics import SchedulerMetrics, observe_many
 from tickwheel.shards.outbox import Outbox
-from tickwheel.shards.plan import NO_NEXT_MS, JobEntry, RetryEntry, plan_claims
+from tickwheel.shards.plan import (
+    NO_NEXT_MS,
+    JobEntry,
+    RetryEntry,
+    plan_claims,
+    plan_first_dispatch,
+)
 from tickwheel.shards.store import Dispatch, FencedOut, Lease
 from tickwheel.wheel import TimingWheel
 
@@ -363,9 +371,31 @@ class ShardLeader:
 
     async def _claim_retries(self, chunk: Sequence[RetryEntry]) -> None:
         assert self.lease is not None
+        held = 0
         try:
             async with self.s.pool.acquire() as conn, store.fenced(conn, self.lease):
-                runs = await store.claim_retries(conn, self.lease, self.cfg.publish_lease_ms, chunk)
+                due = list(chunk)
+                first = [r for r in chunk if r.attempt == 0]
+                if first:
+                    # Triggers and backfills: their first dispatch meets the job's overlap
+                    # policy as a scheduled occurrence does (plan.plan_first_dispatch).
+                    keys = list({(r.tenant, r.job_id) for r in first})
+                    policies = await store.overlap_policies(conn, keys)
+                    if policies:
+                        counts = await store.in_flight(conn, list(policies))
+                        plan = plan_first_dispatch(first, policies, counts)
+                        if plan.hold:
+                            held = await store.hold_first_dispatches(conn, self.lease, plan.hold)
+                        if plan.skip:
+                            skipped = await store.skip_first_dispatches(
+                                conn, self.lease, REASON_OVERLAP, plan.skip
+                            )
+                            self.s.metrics.skipped.inc(skipped)
+                        decided = {id(r) for r in (*plan.hold, *plan.skip)}
+                        due = [r for r in chunk if id(r) not in decided]
+                runs = await store.claim_retries(conn, self.lease, self.cfg.publish_lease_ms, due)
+        except FencedOut:
+            raise
         except store.DB_ERRORS:
             log.warning("retry claim failed", extra={"shard": self.shard}, exc_info=True)
             for retry in chunk:
@@ -373,6 +403,8 @@ class ShardLeader:
                 self.wheel.schedule(key, retry.retry_ms, retry)
             await asyncio.sleep(RETRY_BACKOFF_S)
             return
+        if held:
+            self._maybe_buffered = True
         await self._publish(runs, "retry")
 
     async def _publish(self, runs: Sequence[Dispatch], kind: str) -> None:
