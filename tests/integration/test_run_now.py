@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import os
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -29,7 +31,7 @@ from tickwheel.registry_api.on_demand import RunLimits
 from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.store import RegistryStore, hash_key
 
-from .conftest import TEST_SHARDS, SchedEnv, running_scheduler, wait_for
+from .conftest import TEST_SHARDS, TICKWHEEL, SchedEnv, running_scheduler, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -410,3 +412,60 @@ async def test_kafka_trigger_and_backfill_ops_are_idempotent_under_redelivery(
     assert sum("no such job" in r for r in reasons) == 2, reasons
     assert sum("future" in r for r in reasons) == 2, reasons
     assert sum("'to' is missing" in r for r in reasons) == 2, reasons
+
+
+def _cli(sched: SchedEnv, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [TICKWHEEL, *args],
+        env={**os.environ, **sched.env},
+        capture_output=True,
+        timeout=60,
+    )
+
+
+async def test_cli_triggers_and_backfills_through_the_registry(sched: SchedEnv) -> None:
+    """`tickwheel jobs trigger|backfill` take JOB as <tenant>/<id> or an id with --tenant;
+    a dry run creates nothing; `runs ls` shows each run's origin; bad input is exit 2"""
+    await sched.register(_daily("daily"))
+    t = sched.tenant
+
+    def ok(*args: str) -> Any:
+        done = _cli(sched, *args, "--json")
+        assert done.returncode == 0, done.stderr.decode()
+        return orjson.loads(done.stdout)
+
+    first = await asyncio.to_thread(ok, "jobs", "trigger", f"{t}/daily", "--idempotency-key", "x")
+    again = await asyncio.to_thread(
+        ok, "jobs", "trigger", "daily", "--tenant", t, "--idempotency-key", "x"
+    )
+    assert first["created"] and not again["created"]
+    assert again["run_key"] == first["run_key"]
+    window = ("--from", format_ms(_midnight_days_ago(3)), "--to", format_ms(_midnight_days_ago(0)))
+    dry = await asyncio.to_thread(
+        ok, "jobs", "backfill", "daily", "--tenant", t, *window, "--dry-run"
+    )
+    assert (dry["dry_run"], dry["runs"], dry["occurrences"]) == (True, 3, 3)
+    assert [r["origin"] for r in (await _run_rows(sched, "daily")).values()] == ["trigger"]
+    real = await asyncio.to_thread(ok, "jobs", "backfill", f"{t}/daily", *window, "--no-follow")
+    assert (real["dry_run"], real["runs"], real["existing"]) == (False, 3, 0)
+    listed = await asyncio.to_thread(ok, "runs", "ls", "--tenant", t, "--job", "daily")
+    assert sorted(r["origin"] for r in listed["items"]) == ["backfill"] * 3 + ["trigger"]
+    bad = await asyncio.to_thread(
+        _cli, sched, "jobs", "backfill", "daily", "--tenant", t, "--from", "monday", "--to", "x"
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.decode().count("\n") == 1 and "--from" in bad.stderr.decode()
+    future = await asyncio.to_thread(
+        _cli,
+        sched,
+        "jobs",
+        "backfill",
+        f"{t}/daily",
+        "--from",
+        format_ms(now_ms() - 60_000),
+        "--to",
+        format_ms(now_ms() + DAY_MS),
+    )
+    assert future.returncode == 2 and "future" in future.stderr.decode()
+    missing = await asyncio.to_thread(_cli, sched, "jobs", "trigger", f"{t}/nope")
+    assert missing.returncode == 2 and "no job" in missing.stderr.decode()
