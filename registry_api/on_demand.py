@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tickwheel.clock import format_ms
 from tickwheel.domain import run_key
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import FieldProblem, JobValidationError
@@ -44,6 +45,8 @@ BACKFILL_MAX_RUNS = 10_000  # occurrences one backfill may create at most (a set
 BACKFILL_RATE_PER_S = 100.0  # runs per second a backfill releases per job (a setting)
 # Counting stops here: a range holding more is reported as "more than" this many.
 BACKFILL_COUNT_CAP = 1_000_000
+DAY_MS = 86_400_000
+DAY_MS = 86_400_000
 TRIGGER_INSTANT_TRIES = 1000  # milliseconds a trigger moves on at most past taken run keys
 
 
@@ -53,6 +56,9 @@ class RunLimits:
 
     backfill_max_runs: int = BACKFILL_MAX_RUNS
     backfill_rate_per_s: float = BACKFILL_RATE_PER_S
+    # The run history's retention (`tickwheel gc`): a backfill may not reach before it, since
+    # the next gc would remove its runs, waiting or not.
+    retention_days: int = 30
 
 
 @dataclass(frozen=True)
@@ -129,13 +135,29 @@ class BackfillRefused(ValueError):
         self.message = message
 
 
-def occurrences(timing: Timing, from_ms: int, to_ms: int, now_ms: int, max_runs: int) -> list[int]:
+def retention_start_ms(now_ms: int, retention_days: int) -> int:
+    """The first instant the run history keeps: the start of the UTC day `retention_days`
+    before today (as `operations.gc.cutoff_day`)."""
+    return (now_ms // DAY_MS - retention_days) * DAY_MS
+
+
+def occurrences(
+    timing: Timing, from_ms: int, to_ms: int, now_ms: int, limits: RunLimits
+) -> list[int]:
     """The job's occurrences in [from_ms, to_ms), oldest first, or BackfillRefused.
 
     Pure CPU (a few microseconds an occurrence): callers on an event loop run it in a thread.
     """
+    max_runs = limits.backfill_max_runs
     if to_ms <= from_ms:
         raise BackfillRefused("to", "must be after 'from' (the range is [from, to))")
+    oldest = retention_start_ms(now_ms, limits.retention_days)
+    if from_ms < oldest:
+        raise BackfillRefused(
+            "from",
+            f"is before {format_ms(oldest)}, the start of the run history's retention "
+            f"({limits.retention_days} days): the next gc would remove those runs",
+        )
     if to_ms > now_ms:
         raise BackfillRefused(
             "to",

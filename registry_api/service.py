@@ -43,6 +43,7 @@ def run_limits_of(settings: Settings) -> RunLimits:
     return RunLimits(
         backfill_max_runs=settings.backfill_max_runs,
         backfill_rate_per_s=settings.backfill_rate_per_s,
+        retention_days=settings.retention_days,
     )
 
 

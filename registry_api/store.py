@@ -236,7 +236,7 @@ class RegistryStore:
                     window.from_ms,
                     window.to_ms,
                     now,
-                    self.run_limits.backfill_max_runs,
+                    self.run_limits,
                 )
             except BackfillRefused as refused:
                 return Applied(op, Outcome.REFUSED, job, problem=refused)

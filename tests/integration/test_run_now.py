@@ -217,11 +217,11 @@ async def test_triggers_meet_the_jobs_overlap_policy_at_first_dispatch(sched: Sc
 
 
 async def test_refusals_name_the_field_or_the_reason(sched: SchedEnv) -> None:
-    """50,000 occurrences are refused with the count; a range into the future, a bad instant
-    and an unknown field are 422 naming the field; another tenant's job and a deleted job are
-    404; a completed one-off is 409"""
+    """50,000 occurrences are refused with the count; a range into the future or before the
+    run history's retention, a bad instant and an unknown field are 422 naming the field;
+    another tenant's job and a deleted job are 404; a completed one-off is 409"""
     await sched.register(
-        {"id": "minutely", "schedule": "* * * * *", "handler": "test.record"},
+        {"id": "minutely", "schedule": "*/30 * * * * *", "handler": "test.record"},
         _daily("gone"),
         {"id": "once", "at": "2026-01-01T00:00:00Z", "handler": "test.record"},
     )
@@ -233,7 +233,7 @@ async def test_refusals_name_the_field_or_the_reason(sched: SchedEnv) -> None:
         end = _midnight_days_ago(1)
         many = await client.post(
             "/v1/jobs/minutely/backfill",
-            json={"from": format_ms(end - 50_000 * 60_000), "to": format_ms(end)},
+            json={"from": format_ms(end - 50_000 * 30_000), "to": format_ms(end)},
         )
         assert many.status_code == 422
         [problem] = many.json()["detail"]
@@ -247,6 +247,14 @@ async def test_refusals_name_the_field_or_the_reason(sched: SchedEnv) -> None:
         assert future.status_code == 422
         assert future.json()["detail"][0]["field"] == "to"
         assert "future" in future.json()["detail"][0]["message"]
+
+        too_old = await client.post(
+            "/v1/jobs/minutely/backfill",
+            json={"from": format_ms(end - 40 * DAY_MS), "to": format_ms(end - 39 * DAY_MS)},
+        )
+        assert too_old.status_code == 422
+        assert too_old.json()["detail"][0]["field"] == "from"
+        assert "retention (30 days)" in too_old.json()["detail"][0]["message"]
 
         bad = await client.post(
             "/v1/jobs/minutely/backfill", json={"from": "yesterday", "to": "2026-01-01", "x": 1}
@@ -290,7 +298,8 @@ async def test_a_backfill_across_dst_changes_follows_the_jobs_dst_policies(
     )
     spring = {"from": "2026-03-28T00:00:00Z", "to": "2026-03-31T00:00:00Z"}
     autumn = {"from": "2026-10-25T00:00:00Z", "to": "2026-10-26T00:00:00Z"}
-    async with _api(sched) as (client, _):
+    # The ranges lie further back than the default retention of 30 days.
+    async with _api(sched, RunLimits(retention_days=3650)) as (client, _):
         for job_id, window in (
             ("shift", spring),
             ("skip", spring),
@@ -425,7 +434,8 @@ def _cli(sched: SchedEnv, *args: str) -> subprocess.CompletedProcess[bytes]:
 
 async def test_cli_triggers_and_backfills_through_the_registry(sched: SchedEnv) -> None:
     """`tickwheel jobs trigger|backfill` take JOB as <tenant>/<id> or an id with --tenant;
-    a dry run creates nothing; `runs ls` shows each run's origin; bad input is exit 2"""
+    a dry run creates nothing; `runs ls` shows each run's origin; bad input is exit 2; an
+    idempotency key older than 24 h starts a new run, and `gc` removes it"""
     await sched.register(_daily("daily"))
     t = sched.tenant
 
@@ -469,3 +479,12 @@ async def test_cli_triggers_and_backfills_through_the_registry(sched: SchedEnv) 
     assert future.returncode == 2 and "future" in future.stderr.decode()
     missing = await asyncio.to_thread(_cli, sched, "jobs", "trigger", f"{t}/nope")
     assert missing.returncode == 2 and "no job" in missing.stderr.decode()
+
+    age = "UPDATE trigger_requests SET created_at = now() - interval '25 hours' WHERE tenant = $1"
+    await sched.fetch(age, t)
+    later = await asyncio.to_thread(ok, "jobs", "trigger", f"{t}/daily", "--idempotency-key", "x")
+    assert later["created"] and later["run_key"] != first["run_key"]  # the key expired
+    await sched.fetch(age, t)
+    gc = await asyncio.to_thread(ok, "gc")
+    assert gc["removed_trigger_keys"] >= 1
+    assert not await sched.fetch("SELECT 1 FROM trigger_requests WHERE tenant = $1", t)

@@ -807,3 +807,4 @@ def gc(as_json: bool) -> None:
     click.echo(f"dropped partitions: {dropped}")
     click.echo(f"removed completed one-off jobs: {report.removed_jobs}")
     click.echo(f"removed replay records: {report.removed_replay_records}")
+    click.echo(f"removed trigger idempotency keys: {report.removed_trigger_keys}")
