@@ -105,8 +105,9 @@ async def test_trigger_and_backfill_run_once_each_through_scheduler_and_worker(
 ) -> None:
     """a trigger runs once with origin trigger (the same Idempotency-Key twice runs once, a
     paused job runs too); a backfill of three days of a daily job runs exactly its three
-    occurrences under their own run keys, a second one runs nothing, and an occurrence that
-    already succeeded inside a range is not run again"""
+    occurrences under their own run keys, a second one runs nothing, an occurrence that
+    already succeeded inside a range is not run again, and the CLI follows a backfill's
+    dispatch to the end"""
     log = tmp_path / "executions.log"
     worker = _spawn_worker(sched, log)
     await sched.register(_daily("daily"), _daily("sleepy"))
@@ -151,7 +152,27 @@ async def test_trigger_and_backfill_run_once_each_through_scheduler_and_worker(
         partly = (await client.post("/v1/jobs/daily/backfill", json=around)).json()
         assert (partly["runs"], partly["occurrences"], partly["existing"]) == (2, 3, 1)
 
+        # The CLI follows the dispatch until every run it created went out, then exits.
+        followed = await asyncio.to_thread(
+            _cli,
+            sched,
+            "jobs",
+            "backfill",
+            f"{sched.tenant}/daily",
+            "--from",
+            format_ms(_midnight_days_ago(13)),
+            "--to",
+            format_ms(_midnight_days_ago(11)),
+            "--follow",
+        )
+        assert followed.returncode == 0, followed.stderr.decode()
+        assert "created 2 run(s)" in followed.stdout.decode()
+        assert "dispatching" in followed.stderr.decode()
+
         should_run = [triggered, paused.json()["run_key"], *expected]
+        should_run += [
+            run_key(sched.tenant, "daily", _midnight_days_ago(d) + 12 * 3_600_000) for d in (13, 12)
+        ]
         should_run += [
             run_key(sched.tenant, "daily", _midnight_days_ago(d) + 12 * 3_600_000) for d in (6, 4)
         ]
