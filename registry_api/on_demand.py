@@ -2,11 +2,12 @@
 
 Both go through the run ledger like any retry (DESIGN I6): the registry writes `job_runs` rows
 in the job's shard as `retrying` at attempt 0, with `origin` trigger|backfill and `retry_at`
-saying when each may go out; the shard's leader loads them into its wheel on its next sweep
-and claims each, fenced (I2), as attempt 1 — applying the job's overlap policy as for a
-scheduled occurrence — then publish, worker claim, retries and DLQ as for every run. So
-nothing here talks to Kafka, and a trigger works for a paused job (the leader re-dispatches a
-paused job's retrying rows; pausing stops the schedule, not runs already asked for).
+saying when each may go out, and sends `NOTIFY tickwheel_runs '<shard>'`; the shard's leader
+loads them into its wheel at once (if that hint is lost, at its next sweep) and claims each,
+fenced (I2), as attempt 1 — applying the job's overlap policy as for a scheduled occurrence —
+then publish, worker claim, retries and DLQ as for every run. So nothing here talks to Kafka,
+and a trigger works for a paused job (the leader re-dispatches a paused job's retrying rows;
+pausing stops the schedule, not runs already asked for).
 
     trigger   run key = <tenant>/<job_id>@<the database's clock, ms>, due at once. A run key
               already taken (a scheduled occurrence or another trigger in the same
@@ -210,6 +211,7 @@ async def trigger(conn: Any, tenant: str, job_id: str, request: TriggerRequest) 
         raise RuntimeError(f"no free run key for a trigger of {tenant}/{job_id} near {instant}")
     if key is not None:
         await conn.execute(QUERIES["trigger_request_put"], tenant, job_id, key, instant)
+    await conn.execute(QUERIES["runs_notify"], tenant, job_id)
     return Triggered(run_key(tenant, job_id, instant), instant, created=True)
 
 
@@ -230,6 +232,8 @@ async def backfill(
         spacing_ms(limits.backfill_rate_per_s),
     )
     created = sorted(r["scheduled_at"] for r in rows)
+    if created:
+        await conn.execute(QUERIES["runs_notify"], tenant, job_id)
     return Backfilled(
         occurrences=len(planned),
         created=len(created),

@@ -47,7 +47,9 @@ publish is acknowledged before that transaction commits, so a crash repeats it r
 losing it); (c) loads `retrying` runs into the wheel by `retry_at`, claimed when due with
 `retries_claim` (I6) — triggers and backfills are such runs at attempt 0, whose first claim
 applies the job's overlap policy (`plan_first_dispatch`: run, hold as the buffered run, or
-record skipped); (d) releases runs buffered by overlap `buffer_one` (see `plan.py`).
+record skipped) — and the registry's NOTIFY `tickwheel_runs` (through the feed,
+`hint_retries`) has them loaded at once instead of at the next sweep; (d) releases runs
+buffered by overlap `buffer_one` (see `plan.py`).
 """
 
 from __future__ import annotations
@@ -152,6 +154,7 @@ class ShardLeader:
         self.dispatching.set()
         self._stopping = False
         self._maybe_buffered = True
+        self._retries_hinted = False  # a trigger or backfill was written: load retries now
         self._last_housekeeping: float | None = None  # time.monotonic() of the last run
         self._last_gc: float | None = None  # time.monotonic() of the last retention run
         self.feed_since: str | None = None  # feed position read at takeover
@@ -168,6 +171,12 @@ class ShardLeader:
         if self.state is LeaderState.LEADING:
             self.state = LeaderState.SUSPENDED
         self.dispatching.clear()
+
+    def hint_retries(self) -> None:
+        """New runs on demand were committed in our shard (NOTIFY tickwheel_runs, via the
+        feed): load the due retrying runs now rather than at the next sweep."""
+        self._retries_hinted = True
+        self.wake.set()
 
     def resume(self) -> None:
         if self.state is LeaderState.SUSPENDED:
@@ -234,6 +243,10 @@ class ShardLeader:
             if due:
                 await self._dispatch(due, now)
                 continue  # a full batch may have more behind it: look again without sleeping
+            if self._retries_hinted:
+                self._retries_hinted = False
+                await self._guarded(self._load_retries)
+                continue
             mono = time.monotonic()
             if mono >= next_sweep:
                 await self._guarded(self._sweep)
@@ -434,11 +447,7 @@ class ShardLeader:
         assert self.lease is not None
         lease_ms = self.cfg.publish_lease_ms
         async with self.s.pool.acquire() as conn:
-            until = self.s.clock.now_ms() + self.cfg.horizon_ms
-            for retry in await store.retries(conn, self.shard, until):
-                self.wheel.schedule(
-                    run_key(retry.tenant, retry.job_id, retry.scheduled_ms), retry.retry_ms, retry
-                )
+            await self._schedule_retries(conn)
             async with store.fenced(conn, self.lease):
                 again = await store.sweep_republish(conn, self.lease, lease_ms)
                 requeued = await store.sweep_requeue_running(conn, self.lease, lease_ms)
@@ -481,6 +490,18 @@ class ShardLeader:
         await self._publish(again, "republish")
         await self._publish(requeued, "requeue")
         await self._publish(released, "buffered")
+
+    async def _schedule_retries(self, conn: store.Conn) -> None:
+        """Sweeper (c): the shard's retrying runs due within the horizon go into the wheel."""
+        until = self.s.clock.now_ms() + self.cfg.horizon_ms
+        for retry in await store.retries(conn, self.shard, until):
+            self.wheel.schedule(
+                run_key(retry.tenant, retry.job_id, retry.scheduled_ms), retry.retry_ms, retry
+            )
+
+    async def _load_retries(self) -> None:
+        async with self.s.pool.acquire() as conn:
+            await self._schedule_retries(conn)
 
     async def _step_down(self) -> None:
         if self.lease is None:

@@ -509,3 +509,27 @@ async def test_cli_triggers_and_backfills_through_the_registry(sched: SchedEnv) 
     gc = await asyncio.to_thread(ok, "gc")
     assert gc["removed_trigger_keys"] >= 1
     assert not await sched.fetch("SELECT 1 FROM trigger_requests WHERE tenant = $1", t)
+
+
+async def test_a_trigger_wakes_the_leader_before_its_next_sweep(sched: SchedEnv) -> None:
+    """with sweeps and re-syncs a minute apart, a triggered run is still claimed and published
+    within seconds: the registry's NOTIFY tickwheel_runs has its leader load it at once"""
+    await sched.register(_daily("daily"))
+    async with (
+        _api(sched) as (client, _),
+        running_scheduler(sched, "solo", sweep_interval_ms=60_000, resync_s=60),
+    ):
+
+        async def leading() -> bool:
+            rows = await sched.fetch("SELECT 1 FROM shard_leaders WHERE owner = 'solo'")
+            return len(rows) == TEST_SHARDS
+
+        await wait_for(leading, 15, what="every shard led")
+        await asyncio.sleep(1.0)  # the first sweeps, at takeover, are behind us
+        key = (await client.post("/v1/jobs/daily/trigger")).json()["run_key"]
+
+        async def published() -> bool:
+            row = (await _run_rows(sched, "daily")).get(key)
+            return row is not None and row["status"] in ("pending", "published")
+
+        await wait_for(published, 5, what="the trigger dispatched before the next sweep")
