@@ -25,7 +25,6 @@ from .conftest import TEST_SHARDS, TICKWHEEL, SchedEnv, running_scheduler, wait_
 
 pytestmark = pytest.mark.integration
 
-HANDLERS_DIR = str(Path(__file__).parent)
 PICKED_RUNS = 3  # dead runs of the job the replay selects
 OTHER_RUNS = 2  # dead runs of a job it leaves alone
 
@@ -87,17 +86,9 @@ async def test_dead_runs_replayed_after_a_fix_succeed_once_and_only_the_selected
     filtered `dlq replay` replays exactly the selected runs, each succeeds once under its run
     key, the others stay dead, and a second replay does nothing more"""
     log = tmp_path / "executions.log"
-    log.touch()
     broken = tmp_path / "broken"
     broken.touch()
-    worker = sched.spawn_command(
-        "worker",
-        ["worker", "--handlers", "worker_handlers", "--id", "w1"],
-        TW_TEST_LOG=str(log),
-        TW_TEST_BROKEN=str(broken),
-        PYTHONPATH=HANDLERS_DIR,
-        TICKWHEEL_KAFKA_SESSION_TIMEOUT_MS="6000",
-    )
+    worker = sched.spawn_worker(log, TW_TEST_BROKEN=str(broken))
     await sched.register(_job("picked"), _job("other"))
     async with running_scheduler(sched, "solo"):
         picked = await _trigger(sched, "picked", PICKED_RUNS)

@@ -36,7 +36,6 @@ from .conftest import TEST_SHARDS, TICKWHEEL, SchedEnv, running_scheduler, wait_
 pytestmark = pytest.mark.integration
 
 DAY_MS = 86_400_000
-HANDLERS_DIR = str(Path(__file__).parent)
 TEST_RATE_PER_S = 50.0  # backfill release rate in these tests: runs per second
 
 
@@ -79,17 +78,6 @@ async def _api(
         await pool.close()
 
 
-def _spawn_worker(sched: SchedEnv, log: Path) -> Any:
-    log.touch()
-    return sched.spawn_command(
-        "worker",
-        ["worker", "--handlers", "worker_handlers", "--id", "w1"],
-        TW_TEST_LOG=str(log),
-        PYTHONPATH=HANDLERS_DIR,
-        TICKWHEEL_KAFKA_SESSION_TIMEOUT_MS="6000",
-    )
-
-
 async def _run_rows(sched: SchedEnv, job_id: str) -> dict[str, asyncpg.Record]:
     rows = await sched.fetch(
         "SELECT (extract(epoch FROM scheduled_at) * 1000)::bigint AS ms, status, attempt,"
@@ -109,7 +97,7 @@ async def test_trigger_and_backfill_run_once_each_through_scheduler_and_worker(
     already succeeded inside a range is not run again, and the CLI follows a backfill's
     dispatch to the end"""
     log = tmp_path / "executions.log"
-    worker = _spawn_worker(sched, log)
+    worker = sched.spawn_worker(log)
     await sched.register(_daily("daily"), _daily("sleepy"))
     await sched.op("pause", "sleepy")
     done_before = _midnight_days_ago(5) + 12 * 3_600_000
