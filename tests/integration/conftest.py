@@ -174,6 +174,19 @@ class SchedEnv:
     def log_text(self, name: str) -> str:
         return self.logs[name].read_text(errors="replace")
 
+    def spawn_worker(self, log: Path, **extra_env: str) -> subprocess.Popen[bytes]:
+        """`tickwheel worker --handlers worker_handlers` (tests/integration/worker_handlers.py),
+        noting each execution in `log`; `extra_env` reaches its handlers."""
+        log.touch()
+        return self.spawn_command(
+            "worker",
+            ["worker", "--handlers", "worker_handlers", "--id", "w1"],
+            TW_TEST_LOG=str(log),
+            PYTHONPATH=str(Path(__file__).parent),
+            TICKWHEEL_KAFKA_SESSION_TIMEOUT_MS="6000",
+            **extra_env,
+        )
+
 
 @pytest.fixture
 def sched(stack: Addresses, db_dsn: str, topics: Topics) -> Iterator[SchedEnv]:

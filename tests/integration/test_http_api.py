@@ -728,7 +728,9 @@ async def test_runs_list_walks_every_run_once_newest_first(api: Api) -> None:
             "started_at",
             "finished_at",
             "last_error",
+            "origin",
         }
+        assert newest["origin"] == "schedule"
         by_status = {run["status"]: run for run in items}
         assert by_status["dead"]["last_error"] == "boom" and by_status["dead"]["attempt"] == 5
         assert by_status["succeeded"]["finished_at"].endswith("Z")

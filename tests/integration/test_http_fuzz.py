@@ -50,6 +50,8 @@ OPERATIONS = (
     ("POST", "/v1/jobs/{job_id}/pause"),
     ("POST", "/v1/jobs/{job_id}/resume"),
     ("GET", "/v1/jobs/{job_id}/runs"),
+    ("POST", "/v1/jobs/{job_id}/trigger"),
+    ("POST", "/v1/jobs/{job_id}/backfill"),
     ("DELETE", "/v1/jobs/{job_id}"),
     ("GET", "/healthz"),
     ("GET", "/metrics"),
