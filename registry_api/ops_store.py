@@ -11,7 +11,9 @@ whatever the size of the run ledger.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -66,7 +68,12 @@ def window(now_ms: int, buckets: int, bucket_ms: int = BUCKET_MS) -> tuple[int, 
     return end - buckets * bucket_ms, end
 
 
-def fill(rows: list[asyncpg.Record], start_ms: int, buckets: int, bucket_ms: int) -> list[Bucket]:
+def fill(
+    rows: Sequence[asyncpg.Record] | Sequence[Mapping[str, Any]],
+    start_ms: int,
+    buckets: int,
+    bucket_ms: int,
+) -> list[Bucket]:
     """One `Bucket` per bucket of the window, zero where the query returned no row."""
     found = {row["bucket"]: row for row in rows}
     out = []
