@@ -27,10 +27,11 @@ ORDER BY shard_id
 --   finished   runs that ended succeeded or dead in the bucket;  dead  those that ended dead
 --   lag p50/p99  dispatch lag in ms of the scheduled runs first published in the bucket:
 --              publish ack minus scheduled instant (tickwheel_scheduler_dispatch_lag_seconds)
--- Bounded in time: only runs scheduled in [$1 - $4, $2) are read — partition pruning plus the
--- index job_runs_scheduled — so the cost follows the window, not the ledger. A run scheduled
--- before that (a retry after a long backoff, a catch-up of old occurrences) is not counted.
--- Ordered-set aggregates skip NULLs, so each percentile sees only first publishes.
+-- Bounded: only runs scheduled in [$1 - $4, $2) are read (partition pruning), finished ones
+-- through the index job_runs_finished and those in flight through job_runs_in_flight, so the
+-- cost follows the window and the runs in flight, not the ledger. A run scheduled before that
+-- (a retry after a long backoff, a catch-up of old occurrences) is not counted. Skipped rows
+-- count nowhere. Ordered-set aggregates skip NULLs: each percentile sees only first publishes.
 SELECT floor((extract(epoch FROM e.at) * 1000 - $1::bigint) / $3::bigint)::integer AS bucket,
        count(*) FILTER (WHERE e.kind = 'created') AS created,
        count(*) FILTER (WHERE e.kind = 'published') AS published,
@@ -40,7 +41,7 @@ SELECT floor((extract(epoch FROM e.at) * 1000 - $1::bigint) / $3::bigint)::integ
        percentile_cont(0.99) WITHIN GROUP (ORDER BY e.lag_ms) AS lag_p99_ms
 FROM job_runs r
 CROSS JOIN LATERAL (VALUES
-    ('created', CASE WHEN r.status <> 'skipped' THEN r.created_at END, NULL::double precision),
+    ('created', r.created_at, NULL::double precision),
     ('published', r.published_at,
      CASE WHEN r.attempt = 1 AND r.origin = 'schedule'
           THEN extract(epoch FROM r.published_at - r.scheduled_at) * 1000 END),
@@ -48,6 +49,8 @@ CROSS JOIN LATERAL (VALUES
 ) AS e(kind, at, lag_ms)
 WHERE r.scheduled_at >= 'epoch'::timestamptz + ($1::bigint - $4::bigint) * interval '1 millisecond'
   AND r.scheduled_at < 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
+  AND (r.status IN ('succeeded', 'dead')
+       OR r.status IN ('pending', 'published', 'running', 'retrying'))
   AND e.at >= 'epoch'::timestamptz + $1::bigint * interval '1 millisecond'
   AND e.at < 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
 GROUP BY 1
