@@ -92,11 +92,13 @@ function renderDead(data) {
   $("dead-none").hidden = data.items.length > 0;
 }
 
-function niceMax(value) {
-  if (!(value > 0)) return 1;
-  const power = Math.pow(10, Math.floor(Math.log10(value)));
-  for (const step of [1, 2, 2.5, 5, 10]) {
-    if (value <= step * power) return step * power;
+// A round grid step (1, 2 or 5 × 10^n) so that four steps cover `value`; whole numbers for
+// counts.
+function niceStep(value, whole) {
+  const raw = Math.max(value / 4, whole ? 1 : 0.001);
+  const power = Math.pow(10, Math.floor(Math.log10(raw)));
+  for (const step of [1, 2, 5, 10]) {
+    if (raw <= step * power) return step * power;
   }
   return 10 * power;
 }
@@ -104,17 +106,17 @@ function niceMax(value) {
 // Draws series (lines over time) on a canvas sized for the device's pixels. Returns how many
 // points had a value, which the page also leaves on the canvas (data-points) for tests.
 function drawChart(canvas, buckets, series, unit) {
+  // The drawing buffer follows the displayed width and the device's pixels; the height is
+  // the one the HTML gives, kept from the first draw.
   const ratio = window.devicePixelRatio || 1;
-  const cssWidth = canvas.clientWidth || 900;
-  const cssHeight = Math.round(cssWidth * (canvas.height / canvas.width)) || canvas.height;
   if (!canvas.dataset.baseHeight) canvas.dataset.baseHeight = String(canvas.height);
-  const baseHeight = Number(canvas.dataset.baseHeight);
-  canvas.width = Math.round(cssWidth * ratio);
-  canvas.height = Math.round(baseHeight * ratio);
-  canvas.style.height = baseHeight + "px";
+  const w = canvas.clientWidth || 900;
+  const h = Number(canvas.dataset.baseHeight);
+  canvas.width = Math.round(w * ratio);
+  canvas.height = Math.round(h * ratio);
+  canvas.style.height = h + "px";
   const ctx = canvas.getContext("2d");
   ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-  const w = cssWidth, h = baseHeight || cssHeight;
   const pad = { left: 52, right: 12, top: 10, bottom: 24 };
   const plotW = w - pad.left - pad.right, plotH = h - pad.top - pad.bottom;
   ctx.clearRect(0, 0, w, h);
@@ -128,7 +130,8 @@ function drawChart(canvas, buckets, series, unit) {
       if (v != null) { top = Math.max(top, v); if (v > 0) points += 1; }
     }
   }
-  top = niceMax(top);
+  const step = niceStep(top, unit === "");
+  top = step * 4;
   const n = buckets.length;
   const x = (i) => pad.left + (n <= 1 ? 0 : (i * plotW) / (n - 1));
   const y = (v) => pad.top + plotH - (v / top) * plotH;
@@ -140,10 +143,10 @@ function drawChart(canvas, buckets, series, unit) {
   ctx.textAlign = "right";
   ctx.textBaseline = "middle";
   for (let k = 0; k <= 4; k++) {
-    const v = (top * k) / 4;
+    const v = step * k;
     const yy = Math.round(y(v)) + 0.5;
     ctx.beginPath(); ctx.moveTo(pad.left, yy); ctx.lineTo(w - pad.right, yy); ctx.stroke();
-    const label = v >= 1000 ? (v / 1000).toFixed(v % 1000 ? 1 : 0) + "k" : String(+v.toFixed(1));
+    const label = v >= 1000 ? +(v / 1000).toFixed(1) + "k" : String(+v.toFixed(3));
     ctx.fillText(label + (k === 4 && unit ? " " + unit : ""), pad.left - 6, yy);
   }
   ctx.textAlign = "center";
@@ -196,13 +199,14 @@ function legend(id, series, buckets) {
 function renderSummary(shards, throughput) {
   const box = $("summary");
   box.replaceChildren();
-  const recent = throughput.buckets.slice(-7, -1);  // the last minute, complete buckets only
-  const perS = recent.reduce((a, b) => a + b.published, 0) / Math.max(1, recent.length * 10);
+  // The last minute: the five complete buckets before the current one, and the current one.
+  const recent = throughput.buckets.slice(-6);
+  const perS = recent.reduce((a, b) => a + b.published, 0) / 60;
   const p99 = recent.map((b) => b.lag_p99_ms).filter((v) => v != null);
   const items = [
     ["shards led", shards.led + "/" + shards.shards],
-    ["published", perS.toFixed(1) + "/s"],
-    ["lag p99", p99.length ? Math.round(Math.max(...p99)) + " ms" : "—"],
+    ["published (1 min)", perS.toFixed(1) + "/s"],
+    ["lag p99 (1 min)", p99.length ? Math.round(Math.max(...p99)) + " ms" : "—"],
   ];
   for (const [label, value] of items) {
     const span = document.createElement("span");
