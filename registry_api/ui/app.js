@@ -206,7 +206,7 @@ function renderSummary(shards, throughput) {
   const items = [
     ["shards led", shards.led + "/" + shards.shards],
     ["published (1 min)", perS.toFixed(1) + "/s"],
-    ["lag p99 (1 min)", p99.length ? Math.round(Math.max(...p99)) + " ms" : "—"],
+    ["worst p99 (1 min)", p99.length ? Math.round(Math.max(...p99)) + " ms" : "—"],
   ];
   for (const [label, value] of items) {
     const span = document.createElement("span");

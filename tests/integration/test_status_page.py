@@ -135,7 +135,8 @@ def _published_recently(system: System) -> dict[str, Any] | None:
 
 def test_ops_endpoints_need_an_operator_key(system: System) -> None:
     """no key is a 401, a tenant's key a 403, a revoked operator key a 401; the operator's
-    key sees every shard led by the scheduler and the runs it published"""
+    key sees every shard led by the scheduler, the runs it published and the dead run; the
+    page itself is public HTML under a CSP and outside the OpenAPI document"""
     url = f"{system.base}/v1/ops/shards"
     assert _get(url)[0] == 401
     status, body = _get(url, system.tenant_key)
@@ -160,6 +161,10 @@ def test_ops_endpoints_need_an_operator_key(system: System) -> None:
     assert lags and all(0 <= lag < 10_000 for lag in lags)
     status, dead = _get(f"{system.base}/v1/ops/dead", system.operator_key)
     assert status == 200 and system.dead_run_key in [d["run_key"] for d in dead["items"]]
+    with urllib.request.urlopen(f"{system.base}/ui", timeout=10) as page:  # public, no data
+        assert page.headers["Content-Type"].startswith("text/html")
+        assert "script-src 'self'" in page.headers["Content-Security-Policy"]
+    assert not any(p.startswith("/ui") for p in _get(f"{system.base}/openapi.json")[1]["paths"])
 
 
 # --- Chromium over the DevTools protocol -----------------------------------------------------
