@@ -32,6 +32,10 @@ def _with_keys(action: Callable[..., Awaitable[T]], what: str) -> T:
 
     try:
         return asyncio.run(go())
+    except (asyncpg.UndefinedTableError, asyncpg.UndefinedColumnError) as exc:
+        fail(
+            f"cannot {what}: the database schema is not current ({exc}): run `tickwheel db migrate`"
+        )
     except asyncpg.PostgresError as exc:
         err = dbmod.domain_error(exc)
         fail(str(err) if err else f"cannot {what}: {exc}", EXIT_BAD_INPUT if err else 1)

@@ -149,6 +149,8 @@ def test_ops_endpoints_need_an_operator_key(system: System) -> None:
     assert _get(url, short_key)[0] == 401
     again = _cli(system.sched, "operator-key", "revoke", short_lived)
     assert again.returncode == 2 and "no active operator key" in again.stderr
+    bad = _cli(system.sched, "operator-key", "add", "no spaces!")
+    assert bad.returncode == 2 and bad.stderr.startswith("tickwheel: name: must match")
 
     body = asyncio.run(wait_for(lambda: _all_led(system), STARTUP_TIMEOUT_S, what="all led"))
     assert {item["owner"] for item in body["items"]} == {SCHEDULER_ID}
