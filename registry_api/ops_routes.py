@@ -107,6 +107,9 @@ class ShardItem(BaseModel):
     owner: str | None = Field(..., description="the leader's id; null: never led or stepped down")
     epoch: int = Field(..., description="bumped by every takeover; 0: never led")
     since_ms: int | None = Field(..., description="the last takeover, UTC ms")
+    behind_ms: int | None = Field(
+        ..., description="how long the shard's oldest due job has waited to be claimed, ms"
+    )
 
 
 class Shards(BaseModel):
@@ -159,7 +162,13 @@ async def shards(ctx: Ctx, _: Operator) -> Response:
             "shards": len(leaders),
             "led": sum(1 for s in leaders if s.owner is not None),
             "items": [
-                {"shard": s.shard, "owner": s.owner, "epoch": s.epoch, "since_ms": s.since_ms}
+                {
+                    "shard": s.shard,
+                    "owner": s.owner,
+                    "epoch": s.epoch,
+                    "since_ms": s.since_ms,
+                    "behind_ms": s.behind_ms,
+                }
                 for s in leaders
             ],
         },

@@ -34,6 +34,7 @@ class ShardLeader:
     owner: str | None  # None: never led, or its last leader stepped down
     epoch: int  # 0: never led
     since_ms: int | None
+    behind_ms: int | None  # how long its oldest due job has waited to be claimed; None: none
 
 
 @dataclass(frozen=True)
@@ -127,15 +128,21 @@ class OpsStore:
         self.shards = shards
 
     async def shard_leaders(self) -> list[ShardLeader]:
-        """Every shard of the deployment, led or not, in shard order."""
-        rows = {r["shard_id"]: r for r in await self.pool.fetch(QUERIES["ops_shard_leaders"])}
+        """Every shard of the deployment, led or not, in shard order, with how far behind it is
+        (the queries of `tickwheel status`)."""
+        rows = {r["shard_id"]: r for r in await self.pool.fetch(QUERIES["status_shard_leaders"])}
+        behind = {
+            r["shard_id"]: r["behind_ms"]
+            for r in await self.pool.fetch(QUERIES["status_shards_behind"])
+        }
         out = []
         for shard in range(self.shards):
             row = rows.get(shard)
+            late = behind.get(shard)
             if row is None:
-                out.append(ShardLeader(shard, None, 0, None))
+                out.append(ShardLeader(shard, None, 0, None, late))
             else:
-                out.append(ShardLeader(shard, row["owner"], row["epoch"], row["since_ms"]))
+                out.append(ShardLeader(shard, row["owner"], row["epoch"], row["since_ms"], late))
         return out
 
     async def run_rates(

@@ -15,6 +15,7 @@ from tickwheel import __version__
 from tickwheel.core_cli import db, topics
 from tickwheel.demo import demo
 from tickwheel.operations.cli import dlq, gc, jobs, runs
+from tickwheel.operations.status import status
 from tickwheel.registry_api.cli import registry, tenant
 from tickwheel.registry_api.ops_cli import operator_key
 from tickwheel.schedule.cli import cron
@@ -44,5 +45,6 @@ for command in (
     runs,
     jobs,
     gc,
+    status,
 ):
     main.add_command(command)

@@ -71,6 +71,9 @@ function renderShards(data, now) {
     cell(tr, s.owner || (s.epoch ? "(stepped down)" : "(never led)"));
     cell(tr, String(s.epoch), "num");
     cell(tr, s.since_ms == null ? "—" : iso(s.since_ms) + " (" + ago(s.since_ms, now) + ")");
+    // A due job unclaimed for over a second means the shard's leader is not dispatching.
+    const behind = cell(tr, s.behind_ms == null ? "—" : (s.behind_ms / 1000).toFixed(1) + " s", "num");
+    if (s.behind_ms != null && s.behind_ms > 1000) behind.className = "num late";
     body.appendChild(tr);
   }
   $("shards-count").textContent = data.led + " of " + data.shards + " led";

@@ -26,7 +26,6 @@ from typing import Any
 import asyncpg
 import orjson
 import pytest
-from confluent_kafka import Consumer
 from kazoo.client import KazooClient, KazooState
 from kazoo.protocol.connection import _CONNECTION_DROP
 
@@ -39,6 +38,7 @@ from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import Process
 from tickwheel.shards.service import Scheduler
 from tickwheel.stack import Addresses
+from tickwheel.testing import drain
 from tickwheel.topics import Topics
 
 TICKWHEEL = str(Path(sys.executable).parent / "tickwheel")
@@ -273,36 +273,10 @@ def consume_runs(
     kafka: str, topic: str, idle_s: float = 1.0, timeout_s: float = 20.0
 ) -> list[tuple[RunEnvelope, dict[str, bytes]]]:
     """Every run envelope on `topic` so far (with headers), read from the beginning."""
-    cons = Consumer(
-        {
-            "bootstrap.servers": kafka,
-            "group.id": f"check-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    cons.subscribe([topic])
-    found: list[tuple[RunEnvelope, dict[str, bytes]]] = []
-    deadline = time.monotonic() + timeout_s
-    last = time.monotonic()
-    seen_assignment = False
-    try:
-        while time.monotonic() < deadline:
-            msg = cons.poll(0.2)
-            if cons.assignment():
-                seen_assignment = True
-            if msg is None:
-                if seen_assignment and time.monotonic() - last > idle_s:
-                    break
-                continue
-            if msg.error():
-                continue
-            last = time.monotonic()
-            headers = {k: v for k, v in (msg.headers() or [])}
-            found.append((RunEnvelope.decode(msg.value() or b""), headers))
-    finally:
-        cons.close()
-    return found
+    return [
+        (RunEnvelope.decode(msg.value() or b""), dict(msg.headers() or []))
+        for msg in drain(kafka, topic, idle_s=idle_s, timeout_s=timeout_s)
+    ]
 
 
 def envelope_keys(found: list[tuple[RunEnvelope, dict[str, bytes]]]) -> list[str]:

@@ -324,6 +324,7 @@ def test_status_page_shows_the_running_system(
 
     assert [row[0] for row in seen["rows"]] == [str(s) for s in range(TEST_SHARDS)]
     assert {row[1] for row in seen["rows"]} == {SCHEDULER_ID}
+    assert all(len(row) == 5 for row in seen["rows"])  # …, since, oldest due job waiting
     assert seen["throughputPoints"] > 0 and seen["lagPoints"] > 0
     assert seen["throughputInk"] > 50 and seen["lagInk"] > 5, seen
     assert system.dead_run_key in seen["dead"]

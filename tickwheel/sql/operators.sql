@@ -1,5 +1,6 @@
 -- The operators' cross-tenant reads behind `/v1/ops/…` and the `/ui` status page
 -- (registry_api/ops_store.py), and operator keys. Times leave as integer UTC milliseconds.
+-- The shards' leaders and how far behind they are come from status.sql (`tickwheel status`).
 
 -- operator_key_insert --
 INSERT INTO operator_keys (key_hash, prefix, name) VALUES ($1, $2, $3)
@@ -12,13 +13,6 @@ RETURNING prefix
 
 -- operator_by_key --
 SELECT name FROM operator_keys WHERE key_hash = $1 AND revoked_at IS NULL
-
--- ops_shard_leaders --
--- The last takeover of each shard that has had a leader: owner (NULL after a clean step
--- down), epoch, since.
-SELECT shard_id, owner, epoch, (extract(epoch FROM since) * 1000)::bigint AS since_ms
-FROM shard_leaders
-ORDER BY shard_id
 
 -- ops_run_rates --
 -- Per bucket of $3 ms in [$1, $2) ms (bucket = floor((t - $1) / $3)), what happened to runs:

@@ -66,9 +66,12 @@ JOIN unnest($1::text[], $2::text[]) AS k(tenant, job_id)
 
 -- horizon_retries --
 -- The shard's retrying runs due before $2 (index job_runs_retry): they go out through the wheel.
+-- retry_at is written with microseconds (workers: now() + delay; replays: now()): it is read as
+-- ms rounded *up* (never early, I8), and retries_claim compares it the same way — compared
+-- exactly, a retry_at with microseconds would never match and the run would stay retrying.
 SELECT r.tenant, r.job_id,
        (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
-       (extract(epoch FROM r.retry_at) * 1000)::bigint AS retry_at
+       ceil(extract(epoch FROM r.retry_at) * 1000)::bigint AS retry_at
 FROM job_runs r
 WHERE r.shard_id = $1 AND r.status = 'retrying'
   AND r.retry_at < 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
@@ -220,7 +223,7 @@ FROM unnest($4::text[], $5::text[], $6::bigint[], $7::bigint[]) AS k(tenant, job
 WHERE r.tenant = k.tenant AND r.job_id = k.job_id
   AND r.scheduled_at = 'epoch'::timestamptz + k.ms * interval '1 millisecond'
   AND r.shard_id = $1 AND r.status = 'retrying'
-  AND r.retry_at = 'epoch'::timestamptz + k.retry_ms * interval '1 millisecond'
+  AND ceil(extract(epoch FROM r.retry_at) * 1000)::bigint = k.retry_ms  -- as horizon_retries reads it
   AND j.tenant = r.tenant AND j.job_id = r.job_id
 RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
           r.attempt, r.priority, j.handler, j.target::text AS target, j.payload::text AS payload,
