@@ -455,6 +455,15 @@ class ShardLeader:
                 dead = await store.sweep_dead_running(conn, self.lease)
                 # Acked before commit: a crash here repeats the dead letter, never loses it.
                 await self.s.outbox.publish_dead(dead)
+            for d in dead:  # rare (a worker lost on a last attempt): one line per run
+                log.warning(
+                    "run dead: its worker's lease lapsed on the last attempt",
+                    extra={
+                        "shard": self.shard,
+                        "run_key": run_key(d.run.tenant, d.run.job_id, d.run.scheduled_ms),
+                        "error": d.error,
+                    },
+                )
             released: list[Dispatch] = []
             if self._maybe_buffered:
                 async with store.fenced(conn, self.lease):

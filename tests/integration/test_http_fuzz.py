@@ -55,6 +55,10 @@ OPERATIONS = (
     ("DELETE", "/v1/jobs/{job_id}"),
     ("GET", "/healthz"),
     ("GET", "/metrics"),
+    # Operators' endpoints: with the tenant's key every request must end 403, never 5xx.
+    ("GET", "/v1/ops/shards"),
+    ("GET", "/v1/ops/throughput"),
+    ("GET", "/v1/ops/dead"),
 )
 LIMITS = Limits(
     payload_limit_bytes=8192, target_allowlist=("https://hooks.example.test/",), shards=SHARDS
