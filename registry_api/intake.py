@@ -56,6 +56,7 @@ from tickwheel.registry_api.document import (
     parse_document,
     validate_job,
 )
+from tickwheel.registry_api.on_demand import TriggerRequest, backfill_window
 from tickwheel.registry_api.state import Op, Outcome
 from tickwheel.registry_api.store import Applied, NewJobsPlan, RegistryStore
 from tickwheel.runtime import PartState
@@ -129,6 +130,8 @@ def refusal(applied: Applied) -> str | None:
         )
     if applied.outcome in REFUSED:
         return f"{op.kind} of job {op.job_id!r}: {REFUSED[applied.outcome]}"
+    if applied.problem is not None:
+        return f"{op.kind} of job {op.job_id!r}: {applied.problem}"
     return None
 
 
@@ -420,6 +423,14 @@ class RegistrationIntake:
                 source=source,
             )
         assert reg.id is not None
+        if reg.op == RegistrationOp.TRIGGER:
+            # Without an explicit key the message's position is the key: a redelivered
+            # trigger finds the run its first delivery started (on_demand.py).
+            key = reg.idempotency_key or f"kafka:{source[0]}:{source[1]}"
+            return Op(reg.op, reg.tenant, reg.id, source=source, request=TriggerRequest(key))
+        if reg.op == RegistrationOp.BACKFILL:
+            window = backfill_window({"from": reg.window_from, "to": reg.window_to})
+            return Op(reg.op, reg.tenant, reg.id, source=source, request=window)
         return Op(reg.op, reg.tenant, reg.id, version=reg.version, source=source)
 
     # Kafka side ------------------------------------------------------------------------------

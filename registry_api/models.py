@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from tickwheel.domain import JobKind, JobStatus, RunStatus, literal_of
+from tickwheel.domain import JobKind, JobStatus, RunOrigin, RunStatus, literal_of
 from tickwheel.registry_api.document import VERSION_MAX, JobDocument
 
 # The statuses a job can be seen in (a deleted job is not found), a run's, a job's kinds.
@@ -15,10 +15,12 @@ if TYPE_CHECKING:
     VisibleStatus: TypeAlias = str
     RunStatusValue: TypeAlias = str
     KindValue: TypeAlias = str
+    OriginValue: TypeAlias = str
 else:
     VisibleStatus = literal_of((JobStatus.ACTIVE, JobStatus.PAUSED, JobStatus.COMPLETED))
     RunStatusValue = literal_of(RunStatus)
     KindValue = literal_of(JobKind)
+    OriginValue = literal_of(RunOrigin)
 
 
 class Job(JobDocument):
@@ -53,6 +55,46 @@ class Run(BaseModel):
     started_at: str | None
     finished_at: str | None
     last_error: str | None = Field(..., description="the last error, or why the run was skipped")
+    origin: OriginValue = Field(
+        ...,
+        description="how the run came to be: its schedule, a trigger, a backfill, or an "
+        "operator's replay of a dead run",
+    )
+
+
+class TriggerAccepted(BaseModel):
+    run_key: str = Field(..., description="<tenant>/<job id>@<unix ms>: the triggered run")
+
+
+class BackfillBody(BaseModel):
+    """The range of a backfill: every occurrence of the job's schedule in [from, to)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    from_: str = Field(
+        ...,
+        alias="from",
+        max_length=64,
+        description="ISO-8601 instant with Z or an offset; included",
+        examples=["2026-11-01T00:00:00Z"],
+    )
+    to: str = Field(
+        ...,
+        max_length=64,
+        description="ISO-8601 instant with Z or an offset; excluded; not after now",
+        examples=["2026-11-04T00:00:00Z"],
+    )
+
+
+class BackfillAccepted(BaseModel):
+    runs: int = Field(..., description="runs this request created (0: every occurrence has one)")
+    occurrences: int = Field(..., description="occurrences of the schedule in [from, to)")
+    existing: int = Field(
+        ..., description="occurrences that already had a run, which are not run again"
+    )
+    first: str | None = Field(..., description="run key of the first run created, or null")
+    last: str | None = Field(..., description="run key of the last run created, or null")
+    rate_per_s: float = Field(..., description="runs per second the backfill is released at")
 
 
 class RunPage(BaseModel):

@@ -70,6 +70,7 @@ def run_body(run: RunView) -> dict[str, Any]:
         "started_at": iso_dt(run.started_at),
         "finished_at": iso_dt(run.finished_at),
         "last_error": run.last_error,
+        "origin": run.origin,
     }
 
 

@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Header, Query
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
 from starlette.responses import Response
 
-from tickwheel.domain import RegistrationOp
+from tickwheel.domain import RegistrationOp, run_key
 from tickwheel.registry_api.body import authenticated_first
 from tickwheel.registry_api.cursors import (
     CursorError,
@@ -34,15 +34,31 @@ from tickwheel.registry_api.document import (
     storable_problems,
     validate_job,
 )
-from tickwheel.registry_api.errors import ApiError, JsonResponse, bad_cursor, conflict, not_found
+from tickwheel.registry_api.errors import (
+    ApiError,
+    JsonResponse,
+    bad_cursor,
+    conflict,
+    invalid,
+    not_found,
+)
 from tickwheel.registry_api.models import (
+    BackfillAccepted,
+    BackfillBody,
     Health,
     Job,
     JobPage,
     KindValue,
     RunPage,
+    TriggerAccepted,
     VisibleStatus,
     responses,
+)
+from tickwheel.registry_api.on_demand import (
+    Backfilled,
+    Triggered,
+    TriggerRequest,
+    backfill_window,
 )
 from tickwheel.registry_api.params import (
     PAGE_LIMIT_DEFAULT,
@@ -57,9 +73,10 @@ from tickwheel.registry_api.params import (
 from tickwheel.registry_api.patch import merge_patch
 from tickwheel.registry_api.render import job_body, parts_body, run_body
 from tickwheel.registry_api.state import Op, Outcome
-from tickwheel.registry_api.store import JobView
+from tickwheel.registry_api.store import Applied, JobView
 
 PATCH_RETRIES = 5  # read-merge-write rounds before a PATCH gives up on a busy job
+IDEMPOTENCY_KEY_MAX_CHARS = 255
 HEALTH_TIMEOUT_S = 2.0  # seconds /healthz waits for the database
 
 # Routes with a body authenticate before reading it, and read it strictly (body.py).
@@ -252,6 +269,94 @@ async def pause_job(job_id: JobIdPath, tenant: Tenant, ctx: Ctx) -> Response:
 )
 async def resume_job(job_id: JobIdPath, tenant: Tenant, ctx: Ctx) -> Response:
     return await _pause_or_resume(ctx, RegistrationOp.RESUME, job_id, tenant)
+
+
+async def _start(ctx: Registry, op: Op, action: str) -> Applied:
+    """Apply a trigger or backfill; 404 / 409 as for the job's other operations."""
+    [applied] = await ctx.store.apply([op])
+    if applied.outcome is Outcome.NOT_FOUND:
+        raise not_found(op.job_id)
+    if applied.outcome is Outcome.CONFLICT:
+        raise conflict(op.job_id, action)
+    return applied
+
+
+@jobs.post(
+    "/v1/jobs/{job_id}/trigger",
+    response_model=TriggerAccepted,
+    status_code=202,
+    tags=["runs"],
+    summary="Run the job once now, outside its schedule (paused jobs too)",
+    responses=responses(401, 404, 409, 422, 503),
+)
+async def trigger_job(
+    job_id: JobIdPath,
+    tenant: Tenant,
+    ctx: Ctx,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=IDEMPOTENCY_KEY_MAX_CHARS,
+            description="the same key for the same job within 24 h answers the first "
+            "request's run key and starts nothing",
+        ),
+    ] = None,
+) -> Response:
+    op = Op(RegistrationOp.TRIGGER, tenant, job_id, request=TriggerRequest(idempotency_key))
+    applied = await _start(ctx, op, "triggered")
+    started = applied.started
+    assert isinstance(started, Triggered)
+    return JsonResponse({"run_key": started.run_key}, status_code=202)
+
+
+@jobs.post(
+    "/v1/jobs/{job_id}/backfill",
+    response_model=BackfillAccepted,
+    status_code=202,
+    tags=["runs"],
+    summary="Run every past occurrence of the job's schedule in [from, to) that has no run",
+    responses=responses(401, 404, 409, 422, 503),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": BackfillBody.model_json_schema(by_alias=True)}
+            },
+        }
+    },
+)
+async def backfill_job(
+    job_id: JobIdPath,
+    tenant: Tenant,
+    ctx: Ctx,
+    body: Annotated[Any, Body(include_in_schema=False)] = None,
+) -> Response:
+    try:
+        window = backfill_window(body)
+    except JobValidationError as exc:
+        return invalid("invalid_request", exc.problems)
+    op = Op(RegistrationOp.BACKFILL, tenant, job_id, request=window)
+    applied = await _start(ctx, op, "backfilled")
+    if applied.problem is not None:
+        return invalid(
+            "invalid_request", [FieldProblem(applied.problem.field, applied.problem.message)]
+        )
+    done = applied.started
+    assert isinstance(done, Backfilled)
+    limits = ctx.store.run_limits
+    return JsonResponse(
+        {
+            "runs": done.created,
+            "occurrences": done.occurrences,
+            "existing": done.occurrences - done.created,
+            "first": None if done.first_ms is None else run_key(tenant, job_id, done.first_ms),
+            "last": None if done.last_ms is None else run_key(tenant, job_id, done.last_ms),
+            "rate_per_s": limits.backfill_rate_per_s,
+        },
+        status_code=202,
+    )
 
 
 @jobs.get(

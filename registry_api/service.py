@@ -20,6 +20,7 @@ from tickwheel.config import Settings
 from tickwheel.kafka import consumer, producer
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.intake import PRODUCER_MESSAGE_MAX_BYTES, RegistrationIntake
+from tickwheel.registry_api.on_demand import RunLimits
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import PartState, Process, tune_gc
 from tickwheel.topics import Topics
@@ -35,6 +36,14 @@ def limits_of(settings: Settings) -> Limits:
         payload_limit_bytes=settings.payload_limit_bytes,
         target_allowlist=tuple(settings.target_allowlist),
         shards=settings.shards,
+    )
+
+
+def run_limits_of(settings: Settings) -> RunLimits:
+    return RunLimits(
+        backfill_max_runs=settings.backfill_max_runs,
+        backfill_rate_per_s=settings.backfill_rate_per_s,
+        retention_days=settings.retention_days,
     )
 
 
@@ -117,7 +126,7 @@ async def serve(
     process = Process("registry")
     pool = await db.create_pool(settings.effective_dsn, min_size=2, max_size=10)
     process.on_close(pool.close)
-    store = RegistryStore(pool, settings.shards)
+    store = RegistryStore(pool, settings.shards, runs=run_limits_of(settings))
     if intake:
         taker = make_intake(store, settings, health=process.state("intake"))
         process.on_close(taker.close)

@@ -6,6 +6,10 @@ Job statuses and the operations that move them (anything else leaves the job unc
     active|paused ──delete──► deleted ──upsert──► active (re-created)
     active (one-off, fired) ──[shard leader]──► completed ──upsert with a changed doc──► active
 
+`trigger` and `backfill` change no job: on an active or paused job they are `triggered` /
+`backfilled` and the store then writes their runs (on_demand.py); on a completed one-off they
+are a `conflict`, on a deleted or unknown job `not_found`.
+
 Every change bumps `version` by one, or sets it to the operation's explicit `version`, which
 must then be newer than the stored one (an older or equal one is `stale`: a no-op). A Kafka
 registration carries its source position (partition, offset); a message at or below the
@@ -24,6 +28,7 @@ from typing import Any
 
 from tickwheel.domain import JobStatus, RegistrationOp
 from tickwheel.registry_api.document import JobSpec
+from tickwheel.registry_api.on_demand import BackfillRequest, TriggerRequest
 
 
 class Outcome(StrEnum):
@@ -37,6 +42,9 @@ class Outcome(StrEnum):
     PAUSED = "paused"
     RESUMED = "resumed"
     CONFLICT = "conflict"  # e.g. pausing a completed one-off
+    TRIGGERED = "triggered"  # the store starts (or finds) the triggered run
+    BACKFILLED = "backfilled"  # the store creates the backfill's runs
+    REFUSED = "refused"  # the store refused a backfill's range (Applied.problem says why)
 
     @property
     def changed(self) -> bool:
@@ -64,16 +72,23 @@ class StoredJob:
 
 @dataclass(frozen=True)
 class Op:
-    kind: str  # a RegistrationOp: upsert | delete | pause | resume
+    kind: str  # a RegistrationOp: upsert | delete | pause | resume | trigger | backfill
     tenant: str
     job_id: str
     spec: JobSpec | None = None  # the validated document, for upsert
     version: int | None = None
     source: tuple[int, int] | None = None  # (partition, offset) of a Kafka registration
+    request: TriggerRequest | BackfillRequest | None = None  # trigger | backfill
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.tenant, self.job_id)
+
+
+ON_DEMAND: dict[str, Outcome] = {
+    RegistrationOp.TRIGGER: Outcome.TRIGGERED,
+    RegistrationOp.BACKFILL: Outcome.BACKFILLED,
+}
 
 
 def _is_replay(current: StoredJob | None, op: Op) -> bool:
@@ -167,6 +182,10 @@ def apply(
         return current, Outcome.NOT_FOUND
     assert current is not None
 
+    if op.kind in ON_DEMAND:
+        if current.status == JobStatus.COMPLETED:
+            return current, Outcome.CONFLICT
+        return current, ON_DEMAND[op.kind]
     if op.kind == RegistrationOp.DELETE:
         return _changed(current, op, status=JobStatus.DELETED, next_run_at=None), Outcome.DELETED
     if op.kind == RegistrationOp.PAUSE:

@@ -26,12 +26,20 @@ from typing import Any
 
 import asyncpg
 import orjson
-from asyncpg.pool import PoolConnectionProxy
 
 from tickwheel.clock import now_ms
 from tickwheel.domain import run_key
 from tickwheel.queries import QUERIES
+from tickwheel.registry_api import on_demand
 from tickwheel.registry_api.document import JobSpec, spec_from_stored
+from tickwheel.registry_api.on_demand import (
+    Backfilled,
+    BackfillRefused,
+    BackfillRequest,
+    RunLimits,
+    Triggered,
+    TriggerRequest,
+)
 from tickwheel.registry_api.state import Op, Outcome, StoredJob, apply
 
 # Errors that mean "the database cannot be reached right now", not "this request is wrong".
@@ -43,6 +51,7 @@ DB_UNAVAILABLE = (
 WRITE_RETRIES = 3
 API_KEY_PREFIX = "tw_"
 PAGE_LIMIT_MAX = 500
+_ON_DEMAND = (Outcome.TRIGGERED, Outcome.BACKFILLED)
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,8 @@ class Applied:
     op: Op
     outcome: Outcome
     job: StoredJob | None
+    started: Triggered | Backfilled | None = None  # what a trigger or backfill did
+    problem: BackfillRefused | None = None  # why a backfill was refused (outcome REFUSED)
 
 
 @dataclass(frozen=True)
@@ -83,10 +94,19 @@ class RunView:
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
     last_error: str | None
+    origin: str  # how the run came to be: schedule | trigger | backfill | replay
 
 
 class _ConcurrentCreate(Exception):
     """Another writer created one of this batch's new jobs first."""
+
+
+class _DryRun(Exception):
+    """Rolls a dry run's transaction back, carrying what it would have done."""
+
+    def __init__(self, results: list[Applied]) -> None:
+        super().__init__("dry run")
+        self.results = results
 
 
 def hash_key(api_key: str) -> bytes:
@@ -140,10 +160,17 @@ def _row_tuple(job: StoredJob, spec: JobSpec, expected_version: int | None) -> t
 
 
 class RegistryStore:
-    def __init__(self, pool: asyncpg.Pool, shards: int, clock: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        shards: int,
+        clock: Callable[[], int] = now_ms,
+        runs: RunLimits | None = None,
+    ) -> None:
         self.pool = pool
         self.shards = shards
         self.clock = clock
+        self.run_limits = runs or RunLimits()
 
     def _spec_of(self, job: StoredJob) -> JobSpec:
         return job.spec or spec_from_stored(job.tenant, job.document, self.shards)
@@ -165,20 +192,28 @@ class RegistryStore:
         records = [_row_tuple(job, self._spec_of(job), None) for job in state.values()]
         return NewJobsPlan(now, results, records)
 
-    async def apply(self, ops: Sequence[Op], plan: NewJobsPlan | None = None) -> list[Applied]:
+    async def apply(
+        self, ops: Sequence[Op], plan: NewJobsPlan | None = None, *, dry_run: bool = False
+    ) -> list[Applied]:
         """Apply `ops` in order in one transaction; returns one `Applied` per op.
 
-        `plan`, from `plan_new(ops, …)`, is used only if none of the jobs exists."""
+        `plan`, from `plan_new(ops, …)`, is used only if none of the jobs exists.
+        `dry_run`: do everything, then roll back — the results say what would have happened
+        (`tickwheel jobs backfill --dry-run`)."""
         for attempt in range(WRITE_RETRIES):
             try:
-                return await self._apply_once(ops, plan)
+                return await self._apply_once(ops, plan, dry_run)
+            except _DryRun as done:
+                return done.results
             except _ConcurrentCreate:
                 plan = None  # another writer created some of the jobs: fold against them
                 if attempt == WRITE_RETRIES - 1:
                     raise RuntimeError("job creation kept racing with another writer") from None
         raise AssertionError("unreachable")
 
-    async def _apply_once(self, ops: Sequence[Op], plan: NewJobsPlan | None) -> list[Applied]:
+    async def _apply_once(
+        self, ops: Sequence[Op], plan: NewJobsPlan | None = None, dry_run: bool = False
+    ) -> list[Applied]:
         keys = list(dict.fromkeys(op.key for op in ops))
         now = plan.now if plan is not None else self.clock()
         async with self.pool.acquire() as conn, conn.transaction():
@@ -186,48 +221,79 @@ class RegistryStore:
                 QUERIES["jobs_lock_batch"], [k[0] for k in keys], [k[1] for k in keys]
             )
             if plan is not None and not rows:
-                await self._write(conn, plan.records)
-                return plan.results
-            loaded = {
-                (r["tenant"], r["job_id"]): StoredJob(
-                    r["tenant"],
-                    r["job_id"],
-                    orjson.loads(r["document"]),
-                    r["status"],
-                    r["version"],
-                    r["next_run_at"],
-                    r["intake_partition"],
-                    r["intake_offset"],
-                )
-                for r in rows
-            }
-            state: dict[tuple[str, str], StoredJob] = dict(loaded)
-            results = []
-            for op in ops:
-                key = op.key
-                new, outcome = apply(state.get(key), op, now, resume_from=self._spec_of)
-                if outcome.changed and new is not None:
-                    state[key] = new
-                results.append(Applied(op, outcome, new))
-            records = [
-                _row_tuple(job, self._spec_of(job), loaded[key].version if key in loaded else None)
-                for key, job in state.items()
-                if job is not loaded.get(key)
-            ]
-            await self._write(conn, records)
+                results, records = list(plan.results), plan.records
+            else:
+                results, records = self._fold(ops, rows, now)
+            if records:
+                await conn.execute(QUERIES["jobs_stage_create"])
+                await conn.copy_records_to_table("jobs_stage", records=records)
+                written: int = await conn.fetchval(QUERIES["jobs_write_batch"])
+                if written != len(records):
+                    raise _ConcurrentCreate
+            # Runs on demand last: a job created earlier in this batch exists by now.
+            if any(a.outcome in _ON_DEMAND for a in results):
+                results = [await self._start_runs(conn, a) for a in results]
+            if dry_run:
+                raise _DryRun(results)
         return results
 
-    @staticmethod
-    async def _write(
-        conn: PoolConnectionProxy[asyncpg.Record], records: list[tuple[Any, ...]]
-    ) -> None:
-        """COPY the changed jobs into the staging table and write them into `jobs`."""
-        if records:
-            await conn.execute(QUERIES["jobs_stage_create"])
-            await conn.copy_records_to_table("jobs_stage", records=records)
-            written: int = await conn.fetchval(QUERIES["jobs_write_batch"])
-            if written != len(records):
-                raise _ConcurrentCreate
+    def _fold(
+        self, ops: Sequence[Op], rows: Sequence[asyncpg.Record], now: int
+    ) -> tuple[list[Applied], list[tuple[Any, ...]]]:
+        """The batch's ops folded over its locked rows: results, and the COPY rows to write."""
+        loaded = {
+            (r["tenant"], r["job_id"]): StoredJob(
+                r["tenant"],
+                r["job_id"],
+                orjson.loads(r["document"]),
+                r["status"],
+                r["version"],
+                r["next_run_at"],
+                r["intake_partition"],
+                r["intake_offset"],
+            )
+            for r in rows
+        }
+        state: dict[tuple[str, str], StoredJob] = dict(loaded)
+        results = []
+        for op in ops:
+            key = op.key
+            new, outcome = apply(state.get(key), op, now, resume_from=self._spec_of)
+            if outcome.changed and new is not None:
+                state[key] = new
+            results.append(Applied(op, outcome, new))
+        records = [
+            _row_tuple(job, self._spec_of(job), loaded[key].version if key in loaded else None)
+            for key, job in state.items()
+            if job is not loaded.get(key)
+        ]
+        return results, records
+
+    async def _start_runs(self, conn: Any, applied: Applied) -> Applied:
+        """The runs of a trigger or backfill (on_demand.py); other ops pass through."""
+        op, job = applied.op, applied.job
+        if applied.outcome not in _ON_DEMAND or job is None:
+            return applied
+        if isinstance(op.request, BackfillRequest):
+            window = op.request
+            timing = self._spec_of(job).timing
+            now = await on_demand.db_now_ms(conn)
+            try:
+                planned = await asyncio.to_thread(
+                    on_demand.occurrences,
+                    timing,
+                    window.from_ms,
+                    window.to_ms,
+                    now,
+                    self.run_limits,
+                )
+            except BackfillRefused as refused:
+                return Applied(op, Outcome.REFUSED, job, problem=refused)
+            done = await on_demand.backfill(conn, op.tenant, op.job_id, planned, self.run_limits)
+            return Applied(op, applied.outcome, job, started=done)
+        request = op.request if isinstance(op.request, TriggerRequest) else TriggerRequest()
+        started = await on_demand.trigger(conn, op.tenant, op.job_id, request)
+        return Applied(op, applied.outcome, job, started=started)
 
     # reads ------------------------------------------------------------------------------------
 
@@ -278,6 +344,7 @@ class RegistryStore:
                 r["started_at"],
                 r["finished_at"],
                 r["last_error"] or r["skip_reason"],
+                r["origin"],
             )
             for r in rows[:limit]
         ]

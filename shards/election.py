@@ -6,7 +6,9 @@ contenders queued on every shard leave the balance to chance) or `SetPartitioner
 *every* partition on each membership change and waits for everyone to do so: a rebalance would
 stop all dispatching). Layout under `/tickwheel/<topic prefix>`:
 
-    members/<id>   ephemeral, one per live scheduler process
+    members/<id>   ephemeral, one per live scheduler process; data = JSON
+                   {"id": <id>, "metrics": "host:port" or null} (how `tickwheel status`
+                   finds each scheduler's Prometheus endpoint)
     shards/<n>     ephemeral, created by the process leading shard n, data = its id
 
 A process leads shard n only while it holds `shards/<n>`; it contends only for the shards the
@@ -26,6 +28,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
@@ -41,6 +44,21 @@ def zk_root(topic_prefix: str) -> str:
     return f"/tickwheel/{topic_prefix}"
 
 
+def member_data(member_id: str, metrics_address: str | None) -> bytes:
+    """What a member node holds: its id and where its metrics are served (or null)."""
+    return orjson.dumps({"id": member_id, "metrics": metrics_address})
+
+
+def parse_member_data(member_id: str, data: bytes) -> str | None:
+    """The metrics address a member node advertises; None when it has none (or is unreadable)."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None  # a node written by an older scheduler held just its id
+    address = value.get("metrics") if isinstance(value, dict) else None
+    return address if isinstance(address, str) else None
+
+
 class Election:
     """Membership and shard nodes of one process; state changes arrive on the event loop."""
 
@@ -51,9 +69,11 @@ class Election:
         member_id: str,
         session_timeout_s: float,
         on_state: Callable[[str], None],
+        metrics_address: str | None = None,
     ) -> None:
         self.root = root
         self.member_id = member_id
+        self.member_data = member_data(member_id, metrics_address)
         self.members: list[str] = []
         self.taken: set[int] = set()  # shards whose node exists (anyone's)
         self.connected = False
@@ -129,7 +149,7 @@ class Election:
         warned = False
         while True:
             try:
-                await self._call(self.client.create, path, self.member_id.encode(), ephemeral=True)
+                await self._call(self.client.create, path, self.member_data, ephemeral=True)
                 break
             except NodeExistsError:
                 _, stat = await self._call(self.client.get, path)

@@ -4,7 +4,8 @@ One poller per process rather than one per shard: a process leading 64 shards wo
 send 640 queries a second while nothing changes. The poller keeps one position, the lowest of
 the positions its shards' takeovers read (a position taken earlier only re-reads changes, which
 the leaders deduplicate by (version, next_run_at)); it wakes early on a NOTIFY for one of its
-shards, and otherwise polls every tick, because a hint can be lost.
+shards, and otherwise polls every tick, because a hint can be lost. It also passes on the
+registry's `tickwheel_runs` NOTIFY (a trigger or backfill was written) to the shard's leader.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from tickwheel.shards.store import DB_ERRORS
 log = logging.getLogger("tickwheel.scheduler.feed")
 
 NOTIFY_CHANNEL = "tickwheel_jobs"
+# Runs on demand (registry_api/on_demand.py) were written in a shard: its leader loads its due
+# retrying runs at once. A hint too: a lost one only delays them to the next sweep.
+RUNS_NOTIFY_CHANNEL = "tickwheel_runs"
 RECONNECT_BACKOFF_S = 1.0  # seconds before a lost feed connection is opened again
 
 
@@ -62,6 +66,15 @@ class ChangeFeed:
         if shard in self.leaders:
             self.hint.set()
 
+    def _runs_notified(self, *args: Any) -> None:
+        try:
+            shard = int(args[3])
+        except ValueError:
+            return
+        leader = self.leaders.get(shard)
+        if leader is not None and leader.state == LeaderState.LEADING:
+            leader.hint_retries()
+
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
@@ -72,6 +85,7 @@ class ChangeFeed:
                 continue
             try:
                 await conn.add_listener(NOTIFY_CHANNEL, self._notified)
+                await conn.add_listener(RUNS_NOTIFY_CHANNEL, self._runs_notified)
                 await self._poll_loop(conn, stop)
             except DB_ERRORS:
                 log.warning("feed connection failed; reconnecting", exc_info=True)

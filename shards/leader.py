@@ -45,7 +45,11 @@ The sweeper (every `sweep_interval_ms`, fenced like the claim) publishes again w
 worker lease lapsed: the next attempt, or `dead` plus a dead letter on the last one (the DLQ
 publish is acknowledged before that transaction commits, so a crash repeats it rather than
 losing it); (c) loads `retrying` runs into the wheel by `retry_at`, claimed when due with
-`retries_claim` (I6); (d) releases runs buffered by overlap `buffer_one` (see `plan.py`).
+`retries_claim` (I6) — triggers and backfills are such runs at attempt 0, whose first claim
+applies the job's overlap policy (`plan_first_dispatch`: run, hold as the buffered run, or
+record skipped) — and the registry's NOTIFY `tickwheel_runs` (through the feed,
+`hint_retries`) has them loaded at once instead of at the next sweep; (d) releases runs
+buffered by overlap `buffer_one` (see `plan.py`).
 """
 
 from __future__ import annotations
@@ -67,12 +71,18 @@ from tickwheel.faults import crash_point
 from tickwheel.kafka import PublishError
 from tickwheel.operations.gc import run_gc
 from tickwheel.queries import QUERIES
-from tickwheel.schedule import ScheduleCache
+from tickwheel.schedule import REASON_OVERLAP, ScheduleCache
 from tickwheel.shards import store
 from tickwheel.shards.dbclock import DbClock
 from tickwheel.shards.metrics import SchedulerMetrics, observe_many
 from tickwheel.shards.outbox import Outbox
-from tickwheel.shards.plan import NO_NEXT_MS, JobEntry, RetryEntry, plan_claims
+from tickwheel.shards.plan import (
+    NO_NEXT_MS,
+    JobEntry,
+    RetryEntry,
+    plan_claims,
+    plan_first_dispatch,
+)
 from tickwheel.shards.store import Dispatch, FencedOut, Lease
 from tickwheel.wheel import TimingWheel
 
@@ -144,6 +154,7 @@ class ShardLeader:
         self.dispatching.set()
         self._stopping = False
         self._maybe_buffered = True
+        self._retries_hinted = False  # a trigger or backfill was written: load retries now
         self._last_housekeeping: float | None = None  # time.monotonic() of the last run
         self._last_gc: float | None = None  # time.monotonic() of the last retention run
         self.feed_since: str | None = None  # feed position read at takeover
@@ -160,6 +171,12 @@ class ShardLeader:
         if self.state is LeaderState.LEADING:
             self.state = LeaderState.SUSPENDED
         self.dispatching.clear()
+
+    def hint_retries(self) -> None:
+        """New runs on demand were committed in our shard (NOTIFY tickwheel_runs, via the
+        feed): load the due retrying runs now rather than at the next sweep."""
+        self._retries_hinted = True
+        self.wake.set()
 
     def resume(self) -> None:
         if self.state is LeaderState.SUSPENDED:
@@ -226,6 +243,10 @@ class ShardLeader:
             if due:
                 await self._dispatch(due, now)
                 continue  # a full batch may have more behind it: look again without sleeping
+            if self._retries_hinted:
+                self._retries_hinted = False
+                await self._guarded(self._load_retries)
+                continue
             mono = time.monotonic()
             if mono >= next_sweep:
                 await self._guarded(self._sweep)
@@ -363,9 +384,31 @@ class ShardLeader:
 
     async def _claim_retries(self, chunk: Sequence[RetryEntry]) -> None:
         assert self.lease is not None
+        held = 0
         try:
             async with self.s.pool.acquire() as conn, store.fenced(conn, self.lease):
-                runs = await store.claim_retries(conn, self.lease, self.cfg.publish_lease_ms, chunk)
+                due = list(chunk)
+                first = [r for r in chunk if r.attempt == 0]
+                if first:
+                    # Triggers and backfills: their first dispatch meets the job's overlap
+                    # policy as a scheduled occurrence does (plan.plan_first_dispatch).
+                    keys = list({(r.tenant, r.job_id) for r in first})
+                    policies = await store.overlap_policies(conn, keys)
+                    if policies:
+                        counts = await store.in_flight(conn, list(policies))
+                        plan = plan_first_dispatch(first, policies, counts)
+                        if plan.hold:
+                            held = await store.hold_first_dispatches(conn, self.lease, plan.hold)
+                        if plan.skip:
+                            skipped = await store.skip_first_dispatches(
+                                conn, self.lease, REASON_OVERLAP, plan.skip
+                            )
+                            self.s.metrics.skipped.inc(skipped)
+                        decided = {id(r) for r in (*plan.hold, *plan.skip)}
+                        due = [r for r in chunk if id(r) not in decided]
+                runs = await store.claim_retries(conn, self.lease, self.cfg.publish_lease_ms, due)
+        except FencedOut:
+            raise
         except store.DB_ERRORS:
             log.warning("retry claim failed", extra={"shard": self.shard}, exc_info=True)
             for retry in chunk:
@@ -373,6 +416,8 @@ class ShardLeader:
                 self.wheel.schedule(key, retry.retry_ms, retry)
             await asyncio.sleep(RETRY_BACKOFF_S)
             return
+        if held:
+            self._maybe_buffered = True
         await self._publish(runs, "retry")
 
     async def _publish(self, runs: Sequence[Dispatch], kind: str) -> None:
@@ -402,11 +447,7 @@ class ShardLeader:
         assert self.lease is not None
         lease_ms = self.cfg.publish_lease_ms
         async with self.s.pool.acquire() as conn:
-            until = self.s.clock.now_ms() + self.cfg.horizon_ms
-            for retry in await store.retries(conn, self.shard, until):
-                self.wheel.schedule(
-                    run_key(retry.tenant, retry.job_id, retry.scheduled_ms), retry.retry_ms, retry
-                )
+            await self._schedule_retries(conn)
             async with store.fenced(conn, self.lease):
                 again = await store.sweep_republish(conn, self.lease, lease_ms)
                 requeued = await store.sweep_requeue_running(conn, self.lease, lease_ms)
@@ -414,6 +455,15 @@ class ShardLeader:
                 dead = await store.sweep_dead_running(conn, self.lease)
                 # Acked before commit: a crash here repeats the dead letter, never loses it.
                 await self.s.outbox.publish_dead(dead)
+            for d in dead:  # rare (a worker lost on a last attempt): one line per run
+                log.warning(
+                    "run dead: its worker's lease lapsed on the last attempt",
+                    extra={
+                        "shard": self.shard,
+                        "run_key": run_key(d.run.tenant, d.run.job_id, d.run.scheduled_ms),
+                        "error": d.error,
+                    },
+                )
             released: list[Dispatch] = []
             if self._maybe_buffered:
                 async with store.fenced(conn, self.lease):
@@ -449,6 +499,18 @@ class ShardLeader:
         await self._publish(again, "republish")
         await self._publish(requeued, "requeue")
         await self._publish(released, "buffered")
+
+    async def _schedule_retries(self, conn: store.Conn) -> None:
+        """Sweeper (c): the shard's retrying runs due within the horizon go into the wheel."""
+        until = self.s.clock.now_ms() + self.cfg.horizon_ms
+        for retry in await store.retries(conn, self.shard, until):
+            self.wheel.schedule(
+                run_key(retry.tenant, retry.job_id, retry.scheduled_ms), retry.retry_ms, retry
+            )
+
+    async def _load_retries(self) -> None:
+        async with self.s.pool.acquire() as conn:
+            await self._schedule_retries(conn)
 
     async def _step_down(self) -> None:
         if self.lease is None:

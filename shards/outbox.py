@@ -16,7 +16,7 @@ from functools import partial
 
 from confluent_kafka import Producer
 
-from tickwheel.domain import PRIORITIES
+from tickwheel.domain import PRIORITIES, run_key
 from tickwheel.envelopes import DeadLetter
 from tickwheel.kafka import Outgoing, PublishError, publish_confirmed
 from tickwheel.shards.store import Dead, Dispatch
@@ -70,7 +70,13 @@ class Outbox:
                 "%d of %d runs not acknowledged; the sweeper publishes them again",
                 len(failed),
                 len(runs),
-                extra={"sample": list(failed.values())[:3]},
+                extra={
+                    "sample": list(failed.values())[:3],
+                    "run_keys": [
+                        run_key(runs[i].tenant, runs[i].job_id, runs[i].scheduled_ms)
+                        for i in list(failed)[:3]
+                    ],
+                },
             )
         return [run for i, run in enumerate(runs) if i not in failed]
 

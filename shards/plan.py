@@ -69,12 +69,52 @@ class JobEntry:
 
 @dataclass(slots=True, frozen=True)
 class RetryEntry:
-    """A wheel entry for a retrying run, due at its `retry_ms` (UTC ms)."""
+    """A wheel entry for a retrying run, due at its `retry_ms` (UTC ms). Attempt 0: a trigger
+    or backfill run never dispatched yet (its first dispatch applies the overlap policy)."""
 
     tenant: str
     job_id: str
     scheduled_ms: int
     retry_ms: int
+    attempt: int = 1
+
+
+@dataclass(slots=True)
+class FirstDispatch:
+    """What the overlap policies make of due attempt-0 runs (`plan_first_dispatch`)."""
+
+    run: list[RetryEntry] = field(default_factory=list)
+    hold: list[RetryEntry] = field(default_factory=list)  # buffer_one: the job's buffered run
+    skip: list[RetryEntry] = field(default_factory=list)  # recorded skipped, reason overlap
+
+
+def plan_first_dispatch(
+    due: Iterable[RetryEntry],
+    policies: dict[tuple[str, str], str],
+    in_flight: dict[tuple[str, str], tuple[int, int]],
+) -> FirstDispatch:
+    """Overlap for due attempt-0 runs, oldest `retry_ms` first, as `plan_claims` decides it
+    for scheduled occurrences: `policies` holds the jobs whose policy is not allow, and
+    `in_flight[(tenant, job_id)] = (running, buffered)`."""
+    plan = FirstDispatch()
+    counts = dict(in_flight)
+    for entry in sorted(due, key=lambda e: (e.retry_ms, e.scheduled_ms)):
+        key = (entry.tenant, entry.job_id)
+        policy = policies.get(key, OverlapPolicy.ALLOW)
+        if policy == OverlapPolicy.ALLOW:
+            plan.run.append(entry)
+            continue
+        running, buffered = counts.get(key, (0, 0))
+        decision = decide_overlap(policy, running, buffered)
+        if decision is OverlapDecision.RUN:
+            plan.run.append(entry)
+            counts[key] = (running + 1, buffered)
+        elif decision is OverlapDecision.BUFFER:
+            plan.hold.append(entry)
+            counts[key] = (running, buffered + 1)
+        else:
+            plan.skip.append(entry)
+    return plan
 
 
 @dataclass(slots=True)

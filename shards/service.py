@@ -65,9 +65,15 @@ def leader_config(settings: Settings) -> LeaderConfig:
 class Scheduler:
     """One scheduler process's parts; `start` spawns them on a `Process`."""
 
-    def __init__(self, settings: Settings, member_id: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        member_id: str | None = None,
+        metrics_address: str | None = None,
+    ) -> None:
         self.settings = settings
         self.member_id = member_id or default_member_id()
+        self.metrics_address = metrics_address  # advertised in ZooKeeper for `tickwheel status`
         self.metrics = SchedulerMetrics()
         self.leaders: dict[int, ShardLeader] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
@@ -117,6 +123,7 @@ class Scheduler:
             self.member_id,
             s.zk_session_timeout_ms / 1000,
             self._on_zk_state,
+            self.metrics_address,
         )
         await self.election.start()
         self.metrics.zk_state.set(1)
@@ -273,6 +280,11 @@ async def serve(settings: Settings, member_id: str | None, metrics_port: int | N
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
-        start_http_server(metrics_port, addr="0.0.0.0", registry=scheduler.metrics.registry)
+        server, _ = start_http_server(
+            metrics_port, addr="0.0.0.0", registry=scheduler.metrics.registry
+        )
+        # Port 0 picks a free port: the one bound is what we advertise. The host name is how
+        # other hosts reach us (the server listens on every interface).
+        scheduler.metrics_address = f"{socket.gethostname()}:{server.server_port}"
     await scheduler.start(process)
     return await process.run()

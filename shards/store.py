@@ -17,7 +17,7 @@ import asyncpg
 import orjson
 from asyncpg.pool import PoolConnectionProxy
 
-from tickwheel.domain import run_key
+from tickwheel.domain import RunOrigin, run_key
 from tickwheel.envelopes import RunEnvelope
 from tickwheel.queries import QUERIES
 from tickwheel.shards.plan import ClaimBatch, JobEntry, RetryEntry
@@ -68,6 +68,7 @@ class Dispatch:
     target: str | None  # JSON text
     payload: str  # JSON text
     timeout_ms: int
+    origin: str = RunOrigin.SCHEDULE  # how the run came to be (job_runs.origin)
 
     def envelope(self, epoch: int) -> RunEnvelope:
         return RunEnvelope(
@@ -83,6 +84,7 @@ class Dispatch:
             timeout_ms=self.timeout_ms,
             handler=self.handler,
             target=orjson.loads(self.target) if self.target is not None else None,
+            origin=self.origin,
         )
 
 
@@ -115,6 +117,7 @@ def _dispatch(row: asyncpg.Record, attempt: int | None = None) -> Dispatch:
         target=row["target"],
         payload=row["payload"],
         timeout_ms=row["timeout_ms"],
+        origin=row["origin"],
     )
 
 
@@ -144,15 +147,19 @@ async def horizon(conn: Conn, shard: int, until_ms: int) -> tuple[list[JobEntry]
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         jobs = await conn.fetch(QUERIES["horizon_jobs"], shard, until_ms)
         retries = await conn.fetch(QUERIES["horizon_retries"], shard, until_ms)
-    return [entry_of(r) for r in jobs], [
-        RetryEntry(r["tenant"], r["job_id"], r["scheduled_at"], r["retry_at"]) for r in retries
-    ]
+    return [entry_of(r) for r in jobs], [_retry_entry(r) for r in retries]
+
+
+def _retry_entry(row: asyncpg.Record) -> RetryEntry:
+    return RetryEntry(
+        row["tenant"], row["job_id"], row["scheduled_at"], row["retry_at"], row["attempt"]
+    )
 
 
 async def retries(conn: Conn, shard: int, until_ms: int) -> list[RetryEntry]:
     """The shard's retrying runs due before `until_ms` (the sweeper's look-ahead)."""
     rows = await conn.fetch(QUERIES["horizon_retries"], shard, until_ms)
-    return [RetryEntry(r["tenant"], r["job_id"], r["scheduled_at"], r["retry_at"]) for r in rows]
+    return [_retry_entry(r) for r in rows]
 
 
 async def jobs_by_keys(conn: Conn, keys: Sequence[tuple[str, str]]) -> list[asyncpg.Record]:
@@ -286,3 +293,36 @@ async def release_buffered(conn: Conn, lease: Lease, lease_ms: int) -> list[Disp
 async def has_buffered(conn: Conn, shard: int) -> bool:
     found: bool = await conn.fetchval(QUERIES["shard_has_buffered"], shard)
     return found
+
+
+async def overlap_policies(
+    conn: Conn, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], str]:
+    """The overlap policy of each of these jobs whose policy is not `allow`."""
+    rows = await conn.fetch(
+        QUERIES["first_dispatch_overlap"], [k[0] for k in keys], [k[1] for k in keys]
+    )
+    return {(r["tenant"], r["job_id"]): r["overlap_policy"] for r in rows}
+
+
+def _retry_arrays(due: Sequence[RetryEntry]) -> list[list[Any]]:
+    return [
+        [r.tenant for r in due],
+        [r.job_id for r in due],
+        [r.scheduled_ms for r in due],
+        [r.retry_ms for r in due],
+    ]
+
+
+async def hold_first_dispatches(conn: Conn, lease: Lease, due: Sequence[RetryEntry]) -> int:
+    """Attempt-0 runs held by overlap buffer_one (inside `fenced`): how many were held."""
+    rows = await conn.fetch(QUERIES["retries_hold"], lease.shard, lease.epoch, *_retry_arrays(due))
+    return len(rows)
+
+
+async def skip_first_dispatches(
+    conn: Conn, lease: Lease, reason: str, due: Sequence[RetryEntry]
+) -> int:
+    """Attempt-0 runs recorded skipped with `reason` (inside `fenced`): how many."""
+    rows = await conn.fetch(QUERIES["retries_skip"], lease.shard, reason, *_retry_arrays(due))
+    return len(rows)

@@ -2,9 +2,9 @@
 
 Each area keeps its commands beside its code: `cron` (tickwheel/schedule/cli.py), `dev`
 (tickwheel/stack/cli.py), `db` and `topics` (tickwheel/core_cli.py), `registry` and `tenant`
-(registry_api/cli.py), `demo` (tickwheel/demo.py), `worker` (workers/cli.py), `scheduler`
-(shards/cli.py). What they share — the settings, failing
-with one line on stderr — is tickwheel/cli_support.py.
+(registry_api/cli.py), `operator-key` (registry_api/ops_cli.py), `demo` (tickwheel/demo.py),
+`worker` (workers/cli.py), `scheduler` (shards/cli.py). What they share — the settings,
+failing with one line on stderr — is tickwheel/cli_support.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from tickwheel.bench.cli import bench
 from tickwheel.core_cli import db, topics
 from tickwheel.demo import demo
 from tickwheel.operations.cli import dlq, gc, jobs, runs
+from tickwheel.operations.status import status
 from tickwheel.registry_api.cli import registry, tenant
+from tickwheel.registry_api.ops_cli import operator_key
 from tickwheel.schedule.cli import cron
 from tickwheel.shards.cli import scheduler
 from tickwheel.stack.cli import dev
@@ -36,6 +38,7 @@ for command in (
     topics,
     registry,
     tenant,
+    operator_key,
     demo,
     worker,
     scheduler,
@@ -43,6 +46,7 @@ for command in (
     runs,
     jobs,
     gc,
+    status,
     bench,
 ):
     main.add_command(command)

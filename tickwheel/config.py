@@ -58,6 +58,18 @@ class Settings(BaseSettings):
     intake_batch: int = Field(
         2000, ge=1, le=100_000, description="registrations applied per database transaction"
     )
+    backfill_max_runs: int = Field(
+        10_000,
+        ge=1,
+        le=1_000_000,
+        description="occurrences one backfill request may run at most (more: 422 with the count)",
+    )
+    backfill_rate_per_s: float = Field(
+        100.0,
+        gt=0,
+        le=100_000,
+        description="runs per second a backfill releases to workers, per job",
+    )
     kafka_session_timeout_ms: int = Field(
         10_000,
         ge=6_000,

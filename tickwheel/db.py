@@ -107,6 +107,11 @@ CONSTRAINT_ERRORS: dict[str, tuple[str, str]] = {
     "jobs_schedule_xor_at": ("schedule", "give exactly one of schedule and at"),
     "jobs_handler_xor_target": ("handler", "give exactly one of handler and target"),
     "jobs_tenant_fkey": ("tenant", "unknown tenant"),
+    "operator_keys_name_form": ("name", "must match [A-Za-z0-9._@-]{1,64}"),
+    "operator_keys_active_name": (
+        "name",
+        "this operator already has a key; revoke it first (tickwheel operator-key revoke NAME)",
+    ),
 }
 
 

@@ -5,7 +5,8 @@ values of schedules live in `tickwheel.schedule`, re-exported below). Values are
 they compare equal to the strings stored in Postgres and carried in JSON.
 
 A run's life (the `job_runs` row). The scheduler (shards/) owns the transitions marked L,
-the workers (workers/) those marked W, operators (`tickwheel dlq replay`) the one marked O:
+the workers (workers/) those marked W, operators (`tickwheel dlq replay`) the one marked O,
+the registry (trigger and backfill requests) the one marked R:
 
     from        to          by  when
     (due)       pending     L   the fenced claim creates the row (attempt 1) with a publish lease
@@ -25,11 +26,18 @@ the workers (workers/) those marked W, operators (`tickwheel dlq replay`) the on
     running     dead        L   … or dead (and DLQ) when attempt = max_attempts
     retrying    pending     L   retry_at reached: re-claimed through the wheel, attempt + 1 (I6)
     dead        retrying    O   replay: due now, max_attempts = attempt + the fresh budget
+    (request)   retrying    R   trigger / backfill (registry_api/on_demand.py): a new row with
+                                attempt 0, origin trigger|backfill, retry_at = when it may go out
+    retrying    skipped     L   … attempt 0 only: overlap `skip` while the job has a run in flight
+    retrying    pending     L   … attempt 0 only: overlap `buffer_one`, held without a lease
 
 - `attempt` counts dispatches: the first dispatch is attempt 1. Every envelope carries the
   attempt it dispatches; a worker claims a run only `WHERE attempt = <envelope attempt> AND
   status IN ('pending', 'published')` (I4), and writes its result only `WHERE attempt =
   <claimed attempt> AND status = 'running'`, so a stale or duplicate delivery changes nothing.
+- A `retrying` row at attempt 0 has never been dispatched (a trigger or backfill waiting for
+  its `retry_at`): it does not occupy its job for the overlap policies until its first
+  dispatch, which applies them as for a scheduled occurrence.
 - Terminal: `succeeded`, `dead`, `skipped`. Only an operator's replay moves `dead` back to
   `retrying` (with a fresh attempt budget), under the same run key.
 """
@@ -116,6 +124,8 @@ class RegistrationOp(StrEnum):
     DELETE = "delete"
     PAUSE = "pause"
     RESUME = "resume"
+    TRIGGER = "trigger"  # one run now, outside the schedule (registry_api/on_demand.py)
+    BACKFILL = "backfill"  # one run per occurrence of a past range
 
 
 class RunOrigin(StrEnum):

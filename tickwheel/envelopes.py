@@ -102,6 +102,8 @@ class RunEnvelope:
     timeout_ms: int
     handler: str | None = None
     target: dict[str, Any] | None = None
+    # How the run came to be (domain.RunOrigin); None in envelopes of leaders before it existed.
+    origin: str | None = None
 
     def __post_init__(self) -> None:
         if (self.handler is None) == (self.target is None):
@@ -126,6 +128,8 @@ class RunEnvelope:
             body["target"] = self.target
         else:
             body["handler"] = self.handler
+        if self.origin is not None:
+            body["origin"] = self.origin
         return body
 
     def encode(self) -> bytes:
@@ -151,6 +155,7 @@ class RunEnvelope:
             timeout_ms=_take(obj, "timeout_ms", int),
             handler=_take(obj, "handler", str, optional=True),
             target=_take(obj, "target", dict, optional=True),
+            origin=_take(obj, "origin", str, optional=True),
         )
         if parse_run_key(env.run_key) != (env.tenant, env.job_id, env.scheduled_at):
             raise EnvelopeError("field 'run_key' does not match tenant, job_id and scheduled_at")
@@ -244,13 +249,21 @@ class UnreadableRun:
 
 @dataclass(frozen=True)
 class Registration:
-    """A message on `registrations`: upsert carries a job document, the others an id."""
+    """A message on `registrations`: upsert carries a job document, the others an id.
+
+    `trigger` may carry an `idempotency_key` (without one, the message's source position is
+    its key, so a redelivery starts nothing); `backfill` carries `from` and `to` (ISO-8601
+    instants, checked by the registry). Neither takes a `version`: they change no job.
+    """
 
     op: str
     tenant: str
     job: dict[str, Any] | None = None
     id: str | None = None
     version: int | None = None
+    idempotency_key: str | None = None  # trigger only
+    window_from: str | None = None  # backfill only: the message's "from"
+    window_to: str | None = None  # backfill only: the message's "to"
 
     def __post_init__(self) -> None:
         if self.op not in REGISTRATION_OPS:
@@ -259,6 +272,20 @@ class Registration:
             raise EnvelopeError("field 'job' is missing (op 'upsert' carries the job document)")
         if self.op != RegistrationOp.UPSERT and self.id is None:
             raise EnvelopeError(f"field 'id' is missing (op {self.op!r} names a job by id)")
+        on_demand = self.op in (RegistrationOp.TRIGGER, RegistrationOp.BACKFILL)
+        if on_demand and self.version is not None:
+            raise EnvelopeError(f"field 'version' does not apply to op {self.op!r}")
+        if self.idempotency_key is not None and self.op != RegistrationOp.TRIGGER:
+            raise EnvelopeError("field 'idempotency_key' applies to op 'trigger' only")
+        if self.op == RegistrationOp.BACKFILL:
+            for name, value in (("from", self.window_from), ("to", self.window_to)):
+                if value is None:
+                    raise EnvelopeError(
+                        f"field {name!r} is missing (op 'backfill' carries the range "
+                        "[from, to) as ISO-8601 instants)"
+                    )
+        elif self.window_from is not None or self.window_to is not None:
+            raise EnvelopeError("fields 'from' and 'to' apply to op 'backfill' only")
 
     @property
     def job_id(self) -> str | None:
@@ -275,6 +302,12 @@ class Registration:
             body["id"] = self.id
         if self.version is not None:
             body["version"] = self.version
+        if self.idempotency_key is not None:
+            body["idempotency_key"] = self.idempotency_key
+        if self.window_from is not None:
+            body["from"] = self.window_from
+        if self.window_to is not None:
+            body["to"] = self.window_to
         return orjson.dumps(body)
 
     @classmethod
@@ -286,6 +319,9 @@ class Registration:
             job=_take(obj, "job", dict, optional=True),
             id=_take(obj, "id", str, optional=True),
             version=_take(obj, "version", int, optional=True),
+            idempotency_key=_take(obj, "idempotency_key", str, optional=True),
+            window_from=_take(obj, "from", str, optional=True),
+            window_to=_take(obj, "to", str, optional=True),
         )
 
 

@@ -1,4 +1,4 @@
-"""Scratch databases and unique topics on the real services, for tests and benchmarks.
+"""Scratch databases, unique topics and topic reads on the real services, for tests and benchmarks.
 
 Tests (tests/conftest.py) and benchmarks (bench/, run as `python bench/x.py`) both need a
 throwaway database, often migrated or cloned from a migrated template, and topics under a
@@ -8,16 +8,18 @@ prefix no one else uses; both import them from here. Nothing in the scheduler im
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+from confluent_kafka import Message
 
 from tickwheel import db as dbmod
-from tickwheel.kafka import create_topics, delete_topics
+from tickwheel.kafka import consumer, create_topics, delete_topics, producer
 from tickwheel.topics import Topics
 
 
@@ -77,6 +79,15 @@ def scratch_database(dsn: str, prefix: str, *, template: str | None = None) -> I
         asyncio.run(_admin(dsn, drop))
 
 
+def create_scratch_database(dsn: str, prefix: str) -> tuple[Database, Callable[[], None]]:
+    """A new database `<prefix>_<random>` and the function that drops it, for a caller whose
+    database may outlive the block (`tickwheel demo --keep`; a context manager's generator
+    would drop it when collected)."""
+    name, create, drop = _scratch(prefix, None)
+    asyncio.run(_admin(dsn, create))
+    return Database(name, with_database(dsn, name)), lambda: asyncio.run(_admin(dsn, drop))
+
+
 async def migrate(dsn: str, *, partitions: bool = True) -> None:
     """Apply every migration to the database of `dsn` (and create its job_runs partitions)."""
     conn = await asyncpg.connect(dsn)
@@ -97,3 +108,46 @@ def unique_topics(kafka: str, stem: str, *, partitions: int = 2) -> Iterator[Top
         yield topics
     finally:
         delete_topics(kafka, topics.all())
+
+
+# --- Kafka: produce a few messages, read a topic back --------------------------------------
+
+
+def produce(
+    kafka: str,
+    topic: str,
+    messages: Iterable[tuple[str | bytes | None, bytes]],
+    headers: list[tuple[str, str | bytes | None]] | None = None,
+) -> None:
+    """Produce (key, value) pairs to `topic` and wait until every one is acknowledged."""
+    prod = producer(kafka, **{"linger.ms": 0})
+    for key, value in messages:
+        prod.produce(topic, key=key, value=value, headers=headers)
+    if prod.flush(30) != 0:
+        raise TimeoutError(f"messages to {topic} not acknowledged within 30 s")
+
+
+def drain(
+    kafka: str, topic: str, *, expect: int = 0, idle_s: float = 0.5, timeout_s: float = 30.0
+) -> list[Message]:
+    """Every message of `topic` (all partitions, from the beginning) once at least `expect`
+    arrived and none came for `idle_s` after the assignment; errors are skipped. A fresh group
+    each time, committing nothing."""
+    cons = consumer(kafka, f"drain-{uuid.uuid4()}", **{"enable.auto.commit": False})
+    cons.subscribe([topic])
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    last = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            msg = cons.poll(0.2)
+            if msg is None:
+                if cons.assignment() and len(got) >= expect and time.monotonic() - last > idle_s:
+                    break
+                continue
+            last = time.monotonic()
+            if not msg.error():
+                got.append(msg)
+    finally:
+        cons.close()
+    return got

@@ -10,8 +10,15 @@ back the sum of the ready levels' weights (nginx's smooth weighted round robin).
   the picks interleave instead of coming in runs;
 - an idle level earns nothing, so its share goes to the levels that have work (it "lends" it)
   and it cannot bank credit to burst later;
-- a level with weight ≥ 1 is picked at least once in every sum(weights) picks while it has
-  work: low never starves.
+- while the set of levels with work stays the same, a level is picked at least once in every
+  sum(weights) picks: low never starves.
+
+When levels come and go, the credits carried over can make a ready level wait longer (a
+property test found a level waiting sum(weights) picks). So the picker also counts, per level,
+the picks it has waited while ready: a level that has waited sum(weights) - 1 picks is served
+next (the longest-waiting first, if several are), whatever the credits say. A ready level
+therefore waits at most sum(weights) + levels - 2 picks in every case; with a stable set the
+guard never fires (SWRR alone keeps the waits below sum(weights)), so the shares stay exact.
 
 Reserved slots: with `reserved_high > 0`, the last `reserved_high` free slots are only given to
 the high level, so a flood of normal/low work cannot take every slot from a high run arriving.
@@ -31,6 +38,8 @@ class WeightedPicker:
         self.weights = dict(weights)
         self.reserved_high = reserved_high
         self._credit = dict.fromkeys(self.weights, 0)
+        self._waited = dict.fromkeys(self.weights, 0)  # picks waited while ready, per level
+        self._patience = sum(self.weights.values()) - 1  # picks a ready level may wait
 
     def pick(self, ready: Collection[str], free_slots: int = 1) -> str | None:
         """The level to serve next among `ready`, or None when none may take this slot."""
@@ -43,6 +52,13 @@ class WeightedPicker:
         for level in ready:
             self._credit[level] += self.weights[level]
             total += self.weights[level]
-        best = max(ready, key=lambda level: self._credit[level])
+        overdue = [level for level in ready if self._waited[level] >= self._patience]
+        if overdue:
+            best = max(overdue, key=lambda level: self._waited[level])
+        else:
+            best = max(ready, key=lambda level: self._credit[level])
         self._credit[best] -= total
+        for level in self._waited:
+            self._waited[level] = self._waited[level] + 1 if level in ready else 0
+        self._waited[best] = 0
         return best

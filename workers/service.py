@@ -403,7 +403,11 @@ class Worker:
                 row = found.get(d.run)
                 if row is None:
                     reason = "unknown_run"
-                    log.warning("delivery of an unknown run %s skipped", d.env.run_key)
+                    log.warning(
+                        "delivery of an unknown run %s skipped",
+                        d.env.run_key,
+                        extra={"run_key": d.env.run_key},
+                    )
                 elif row[1] != d.env.attempt:
                     reason = "stale"
             self.metrics.skipped.labels(reason).inc()
@@ -564,7 +568,17 @@ class Worker:
             outcome = f.decision.status.value if d.run in written else "fenced"
             self.metrics.executions.labels(outcome).inc()
             if outcome == "fenced":
-                log.warning("result of %s fenced out (lease lost)", d.env.run_key)
+                log.warning(
+                    "result of %s fenced out (lease lost)",
+                    d.env.run_key,
+                    extra={"run_key": d.env.run_key},
+                )
+            elif outcome == RunStatus.DEAD:  # rare, and on the DLQ: one line per dead run
+                log.warning(
+                    "run dead after %d attempts",
+                    f.claim.attempt,
+                    extra={"run_key": d.env.run_key, "error": f.decision.error},
+                )
             if self.leased.get(d.run) == f.claim.attempt:
                 del self.leased[d.run]
             self.offsets.done(d.tp, d.offset, d.generation)

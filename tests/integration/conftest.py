@@ -26,7 +26,6 @@ from typing import Any
 import asyncpg
 import orjson
 import pytest
-from confluent_kafka import Consumer
 from kazoo.client import KazooClient, KazooState
 from kazoo.protocol.connection import _CONNECTION_DROP
 
@@ -39,6 +38,7 @@ from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import Process
 from tickwheel.shards.service import Scheduler
 from tickwheel.stack import Addresses
+from tickwheel.testing import drain
 from tickwheel.topics import Topics
 
 TICKWHEEL = str(Path(sys.executable).parent / "tickwheel")
@@ -174,6 +174,19 @@ class SchedEnv:
     def log_text(self, name: str) -> str:
         return self.logs[name].read_text(errors="replace")
 
+    def spawn_worker(self, log: Path, **extra_env: str) -> subprocess.Popen[bytes]:
+        """`tickwheel worker --handlers worker_handlers` (tests/integration/worker_handlers.py),
+        noting each execution in `log`; `extra_env` reaches its handlers."""
+        log.touch()
+        return self.spawn_command(
+            "worker",
+            ["worker", "--handlers", "worker_handlers", "--id", "w1"],
+            TW_TEST_LOG=str(log),
+            PYTHONPATH=str(Path(__file__).parent),
+            TICKWHEEL_KAFKA_SESSION_TIMEOUT_MS="6000",
+            **extra_env,
+        )
+
 
 @pytest.fixture
 def sched(stack: Addresses, db_dsn: str, topics: Topics) -> Iterator[SchedEnv]:
@@ -273,36 +286,10 @@ def consume_runs(
     kafka: str, topic: str, idle_s: float = 1.0, timeout_s: float = 20.0
 ) -> list[tuple[RunEnvelope, dict[str, bytes]]]:
     """Every run envelope on `topic` so far (with headers), read from the beginning."""
-    cons = Consumer(
-        {
-            "bootstrap.servers": kafka,
-            "group.id": f"check-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    cons.subscribe([topic])
-    found: list[tuple[RunEnvelope, dict[str, bytes]]] = []
-    deadline = time.monotonic() + timeout_s
-    last = time.monotonic()
-    seen_assignment = False
-    try:
-        while time.monotonic() < deadline:
-            msg = cons.poll(0.2)
-            if cons.assignment():
-                seen_assignment = True
-            if msg is None:
-                if seen_assignment and time.monotonic() - last > idle_s:
-                    break
-                continue
-            if msg.error():
-                continue
-            last = time.monotonic()
-            headers = {k: v for k, v in (msg.headers() or [])}
-            found.append((RunEnvelope.decode(msg.value() or b""), headers))
-    finally:
-        cons.close()
-    return found
+    return [
+        (RunEnvelope.decode(msg.value() or b""), dict(msg.headers() or []))
+        for msg in drain(kafka, topic, idle_s=idle_s, timeout_s=timeout_s)
+    ]
 
 
 def envelope_keys(found: list[tuple[RunEnvelope, dict[str, bytes]]]) -> list[str]:

@@ -728,7 +728,9 @@ async def test_runs_list_walks_every_run_once_newest_first(api: Api) -> None:
             "started_at",
             "finished_at",
             "last_error",
+            "origin",
         }
+        assert newest["origin"] == "schedule"
         by_status = {run["status"]: run for run in items}
         assert by_status["dead"]["last_error"] == "boom" and by_status["dead"]["attempt"] == 5
         assert by_status["succeeded"]["finished_at"].endswith("Z")
@@ -967,12 +969,11 @@ async def test_openapi_documents_auth_bodies_and_responses(api: Api) -> None:
         spec = (await client.get("/openapi.json")).json()
     schemes = spec["components"]["securitySchemes"]
     assert schemes == {
-        "ApiKey": {
-            "type": "http",
-            "scheme": "bearer",
-            "description": schemes["ApiKey"]["description"],
-        }
+        name: {"type": "http", "scheme": "bearer", "description": schemes[name]["description"]}
+        for name in ("ApiKey", "OperatorKey")  # OperatorKey: the operators' /v1/ops/… endpoints
     }
+    assert spec["paths"]["/v1/ops/shards"]["get"]["security"] == [{"OperatorKey": []}]
+    assert {"200", "401", "403"} <= set(spec["paths"]["/v1/ops/shards"]["get"]["responses"])
     post = spec["paths"]["/v1/jobs"]["post"]
     assert post["security"] == [{"ApiKey": []}]
     assert post["requestBody"]["content"]["application/json"]["schema"] == {

@@ -50,9 +50,15 @@ OPERATIONS = (
     ("POST", "/v1/jobs/{job_id}/pause"),
     ("POST", "/v1/jobs/{job_id}/resume"),
     ("GET", "/v1/jobs/{job_id}/runs"),
+    ("POST", "/v1/jobs/{job_id}/trigger"),
+    ("POST", "/v1/jobs/{job_id}/backfill"),
     ("DELETE", "/v1/jobs/{job_id}"),
     ("GET", "/healthz"),
     ("GET", "/metrics"),
+    # Operators' endpoints: with the tenant's key every request must end 403, never 5xx.
+    ("GET", "/v1/ops/shards"),
+    ("GET", "/v1/ops/throughput"),
+    ("GET", "/v1/ops/dead"),
 )
 LIMITS = Limits(
     payload_limit_bytes=8192, target_allowlist=("https://hooks.example.test/",), shards=SHARDS

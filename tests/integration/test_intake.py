@@ -21,10 +21,11 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from tickwheel.config import load_settings
-from tickwheel.kafka import consumer, producer
+from tickwheel.kafka import consumer
 from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.stack import Addresses
+from tickwheel.testing import drain, produce
 from tickwheel.topics import Topics
 
 pytestmark = pytest.mark.integration
@@ -34,13 +35,6 @@ TICKWHEEL = str(Path(sys.executable).parent / "tickwheel")
 
 def _job(job_id: str, schedule: str = "*/5 * * * *", **extra: Any) -> dict[str, Any]:
     return {"id": job_id, "schedule": schedule, "handler": "demo.echo", **extra}
-
-
-def _produce(kafka: str, topic: str, messages: list[tuple[str, bytes]]) -> None:
-    prod = producer(kafka)
-    for key, value in messages:
-        prod.produce(topic, key=key.encode(), value=value)
-    assert prod.flush(30) == 0
 
 
 def _upsert(tenant: str, job: dict[str, Any], version: int | None = None) -> bytes:
@@ -55,24 +49,6 @@ def _op(op: str, tenant: str, job_id: str, version: int | None = None) -> bytes:
     if version is not None:
         body["version"] = version
     return orjson.dumps(body)
-
-
-def _drain(kafka: str, topic: str, expect: int, timeout_s: float = 30) -> list[Any]:
-    """Every message of `topic` (all partitions) once at least `expect` arrived."""
-    cons = consumer(kafka, f"drain-{uuid.uuid4()}", **{"enable.auto.commit": False})
-    cons.subscribe([topic])
-    got: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            msg = cons.poll(0.5)
-            if msg is not None and not msg.error():
-                got.append(msg)
-            elif len(got) >= expect and msg is None:
-                break
-    finally:
-        cons.close()
-    return got
 
 
 def _committed(kafka: str, group: str, topic: str, partitions: int = 2) -> list[int]:
@@ -175,7 +151,7 @@ async def test_mixed_batch_lands_valid_and_rejects_invalid(
             b'{"n": 123456789012345678901234567890}}}' % tenant.encode(),
         ),
     ]
-    _produce(stack.kafka, topics.registrations, good[:25] + bad + good[25:])
+    produce(stack.kafka, topics.registrations, good[:25] + bad + good[25:])
     settings = load_settings(
         dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=16
     )
@@ -186,7 +162,7 @@ async def test_mixed_batch_lands_valid_and_rejects_invalid(
     assert set(jobs) == {key for key, _ in good}
     assert all(j["status"] == "active" and j["version"] == 1 for j in jobs.values())
 
-    rejected = _drain(stack.kafka, topics.rejected, expect=len(bad))
+    rejected = drain(stack.kafka, topics.rejected, expect=len(bad))
     bodies = [orjson.loads(m.value()) for m in rejected]
     originals = {base64.b64decode(b["original"]) for b in bodies}
     assert originals == {value for _, value in bad}
@@ -229,7 +205,7 @@ async def test_per_job_order_and_versions(
         ("gone", _upsert(tenant, _job("gone"))),
         ("gone", _op("delete", tenant, "gone")),
     ]
-    _produce(stack.kafka, topics.registrations, messages)
+    produce(stack.kafka, topics.registrations, messages)
     settings = load_settings(
         dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=16
     )
@@ -243,7 +219,7 @@ async def test_per_job_order_and_versions(
         4,
     )
     assert jobs["gone"]["status"] == "deleted"
-    assert _drain(stack.kafka, topics.rejected, expect=0, timeout_s=3) == []
+    assert drain(stack.kafka, topics.rejected, timeout_s=3) == []
 
 
 @pytest.mark.parametrize("point", ["intake_after_db", "intake_before_offsets"])
@@ -266,7 +242,7 @@ async def test_crash_before_offsets_loses_nothing_and_applies_nothing_twice(
         ("b", _op("pause", tenant, "b")),
         ("bad", _upsert(tenant, _job("bad", schedule="not cron"))),
     ]
-    _produce(stack.kafka, topics.registrations, messages)
+    produce(stack.kafka, topics.registrations, messages)
     env = {
         **os.environ,
         "TICKWHEEL_DSN": db_dsn,
@@ -320,7 +296,7 @@ async def test_crash_before_offsets_loses_nothing_and_applies_nothing_twice(
     assert {k: (r["version"], r["status"], r["updated_at"]) for k, r in after_restart.items()} == {
         k: (r["version"], r["status"], r["updated_at"]) for k, r in after_crash.items()
     }
-    rejected = [orjson.loads(m.value()) for m in _drain(stack.kafka, topics.rejected, expect=1)]
+    rejected = [orjson.loads(m.value()) for m in drain(stack.kafka, topics.rejected, expect=1)]
     assert {base64.b64decode(r["original"]) for r in rejected} == {messages[4][1]}
     # A crash after publishing may publish the same rejection again: at-least-once, and
     # the source position says it is the same message.
@@ -349,7 +325,7 @@ async def test_a_batch_refused_by_the_database_rejects_only_the_culprit(
     await store.create_tenant(tenant)
     messages = [(f"j{i}", _upsert(tenant, _job(f"j{i}"))) for i in range(5)]
     messages.insert(2, ("poison", _upsert(tenant, _job("poison"))))
-    _produce(stack.kafka, topics.registrations, messages)
+    produce(stack.kafka, topics.registrations, messages)
     settings = load_settings(
         dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=16
     )
@@ -357,7 +333,7 @@ async def test_a_batch_refused_by_the_database_rejects_only_the_culprit(
 
     await _run_intake_until(settings, poisoned, len(messages))
     assert set(await _jobs(db_dsn, tenant)) == {f"j{i}" for i in range(5)}
-    rejected = [orjson.loads(m.value()) for m in _drain(stack.kafka, topics.rejected, expect=1)]
+    rejected = [orjson.loads(m.value()) for m in drain(stack.kafka, topics.rejected, expect=1)]
     assert [r["reason"] for r in rejected] == [
         "the database refused it: value refused by the database"
     ]

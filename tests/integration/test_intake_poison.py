@@ -32,7 +32,6 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tickwheel.config import Settings, load_settings
-from tickwheel.kafka import producer
 from tickwheel.registry_api.document import VERSION_MAX
 from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.intake import PRODUCER_MESSAGE_MAX_BYTES
@@ -40,6 +39,7 @@ from tickwheel.registry_api.service import intake_group, limits_of, make_intake
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import EXIT_OK, EXIT_PART_DIED, Process
 from tickwheel.stack import Addresses
+from tickwheel.testing import drain, produce
 from tickwheel.topics import Topics
 
 pytestmark = pytest.mark.integration
@@ -67,13 +67,6 @@ def _op(op: str, tenant: str, job_id: str, version: int | None = None) -> bytes:
     return json.dumps(body).encode()
 
 
-def _produce(kafka: str, topic: str, messages: list[tuple[str, bytes]]) -> None:
-    prod = producer(kafka, **{"linger.ms": 0})
-    for key, value in messages:
-        prod.produce(topic, key=key.encode(), value=value)
-    assert prod.flush(30) == 0
-
-
 def _offsets(kafka: str, group: str, topic: str) -> tuple[int, int]:
     """(committed, end) offsets of `topic` summed over its two partitions."""
     cons = Consumer({"bootstrap.servers": kafka, "group.id": group})
@@ -84,31 +77,6 @@ def _offsets(kafka: str, group: str, topic: str) -> tuple[int, int]:
         return committed, end
     finally:
         cons.close()
-
-
-def _rejections(kafka: str, topic: str, expect: int, timeout_s: float = 30) -> list[Any]:
-    """The raw messages of the rejected topic, once at least `expect` arrived."""
-    cons = Consumer(
-        {
-            "bootstrap.servers": kafka,
-            "group.id": f"drain-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    cons.subscribe([topic])
-    got: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            msg = cons.poll(0.3)
-            if msg is not None and not msg.error():
-                got.append(msg)
-            elif msg is None and len(got) >= expect:
-                break
-    finally:
-        cons.close()
-    return got
 
 
 async def _jobs(dsn: str, tenant: str) -> dict[str, tuple[int, str]]:
@@ -207,7 +175,7 @@ async def test_each_poison_is_rejected_and_the_valid_message_behind_it_lands(
     messages += [("stale", _upsert(tenant, _job("stale", schedule="2 * * * *")))]
 
     async with registry(settings, store) as process:
-        _produce(stack.kafka, topics.registrations, messages)
+        produce(stack.kafka, topics.registrations, messages)
         await _settled(settings, process)
         intake = process.health["intake"]
         assert intake.alive and intake.detail["consuming"] and intake.detail["failing"] == 0
@@ -218,7 +186,7 @@ async def test_each_poison_is_rejected_and_the_valid_message_behind_it_lands(
     expected["stale"] = (6, "active")  # 5, then the unversioned change's bump
     assert jobs == expected
 
-    raw = _rejections(stack.kafka, topics.rejected, expect=len(poisons) + 1)
+    raw = drain(stack.kafka, topics.rejected, expect=len(poisons) + 1)
     assert all(len(m.value()) + len(m.key() or b"") <= PRODUCER_MESSAGE_MAX_BYTES for m in raw)
     bodies = {m.key().decode(): orjson.loads(m.value()) for m in raw}
     assert len(raw) == len(bodies) == len(poisons) + 1, [m.key() for m in raw]
@@ -269,13 +237,11 @@ async def test_every_message_of_a_mixed_stream_is_applied_or_rejected(
     assert total == 300
 
     async with registry(settings, store) as process:
-        _produce(stack.kafka, topics.registrations, messages)
+        produce(stack.kafka, topics.registrations, messages)
         await _settled(settings, process)
 
     jobs = await _jobs(db_dsn, tenant)
-    rejected = [
-        orjson.loads(m.value()) for m in _rejections(stack.kafka, topics.rejected, expect=120)
-    ]
+    rejected = [orjson.loads(m.value()) for m in drain(stack.kafka, topics.rejected, expect=120)]
     positions = {(r["source"]["partition"], r["source"]["offset"]) for r in rejected}
     assert len(positions) == len(rejected), "each message is rejected at most once"
     assert len(jobs) + len(rejected) == total

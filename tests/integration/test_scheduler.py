@@ -316,6 +316,28 @@ async def test_sweeper_redispatches_lapsed_running_runs_and_dead_letters_the_las
     assert letters[0].run.run_key == run_key(sched.tenant, "once", at_ms)
 
 
+async def test_a_retry_at_with_microseconds_is_dispatched(sched: SchedEnv) -> None:
+    """a retrying run whose retry_at has microseconds (as workers and replays write it) is
+    re-dispatched, not left retrying because the wheel's millisecond value never matches"""
+    at_ms = (now_ms() // 1000 + 1) * 1000
+    async with running_scheduler(sched, "solo"):
+        await sched.register({"id": "once", "at": format_ms(at_ms), "handler": "demo.echo"})
+        await wait_for(lambda: _published_count(sched, "once", 1), 10, what="first publish")
+        rows = await sched.fetch(
+            "UPDATE job_runs SET status = 'retrying', last_error = 'boom', lease_until = NULL,"
+            " retry_at = date_trunc('second', now()) + interval '1.300123 seconds'"
+            " WHERE tenant = $1 AND job_id = 'once' RETURNING retry_at",
+            sched.tenant,
+        )
+        assert rows[0]["retry_at"].microsecond % 1000 != 0
+
+        async def retried() -> bool:
+            row = await _run_row(sched, "once")
+            return bool(row["attempt"] == 2 and row["status"] == "published")
+
+        await wait_for(retried, 10, what="the retry dispatched")
+
+
 async def test_due_retries_go_out_through_the_wheel_as_the_next_attempt(sched: SchedEnv) -> None:
     """a retrying run is re-dispatched when its retry_at is reached, never before, as attempt
     + 1 under the same run key"""

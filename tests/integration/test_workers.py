@@ -45,6 +45,7 @@ from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import Process
 from tickwheel.stack import Addresses
+from tickwheel.testing import drain, produce
 from tickwheel.topics import Topics
 from tickwheel.workers.handlers import Context
 from tickwheel.workers.service import Worker, make_worker, worker_group
@@ -161,11 +162,8 @@ def publish(kafka: str, topics: Topics, tenant: str, specs: list[RunSpec]) -> No
     assert prod.flush(30) == 0
 
 
-def publish_raw(kafka: str, topic: str, values: list[bytes]) -> None:
-    prod = producer(kafka)
-    for value in values:
-        prod.produce(topic, value=value)
-    assert prod.flush(30) == 0
+def drain_values(kafka: str, topic: str, expect: int) -> list[bytes]:
+    return [m.value() or b"" for m in drain(kafka, topic, expect=expect)]
 
 
 async def runs_of(dsn: str, tenant: str) -> dict[str, asyncpg.Record]:
@@ -193,31 +191,6 @@ async def wait_for(
 async def statuses_are(dsn: str, tenant: str, status: str, count: int) -> bool:
     rows = await runs_of(dsn, tenant)
     return sum(1 for r in rows.values() if r["status"] == status) == count
-
-
-def drain(kafka: str, topic: str, expect: int, timeout_s: float = 20) -> list[bytes]:
-    """The values of `topic` once at least `expect` arrived (and no more came for a poll)."""
-    cons = Consumer(
-        {
-            "bootstrap.servers": kafka,
-            "group.id": f"drain-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    cons.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            msg = cons.poll(0.5)
-            if msg is not None and not msg.error():
-                got.append(msg.value() or b"")
-            elif msg is None and len(got) >= expect:
-                break
-    finally:
-        cons.close()
-    return got
 
 
 def committed_total(kafka: str, group: str, topics: list[str], partitions: int = 2) -> int:
@@ -484,7 +457,7 @@ async def test_crash_after_dlq_publish_leaves_run_to_its_lease(
     crashing = workers.start("crashing", TICKWHEEL_FAULT="worker_after_dlq")
     publish(stack.kafka, topics, tenant, [spec])
     assert await asyncio.to_thread(crashing.wait, 60) == FAULT_EXIT_CODE
-    (raw,) = drain(stack.kafka, topics.dlq, expect=1)
+    (raw,) = drain_values(stack.kafka, topics.dlq, expect=1)
     letter = DeadLetter.decode(raw)
     assert letter.run == spec.envelope(tenant) and letter.error == "refused by the test"
     assert (letter.attempts, letter.worker) == (1, "crashing")
@@ -538,7 +511,7 @@ async def test_retries_follow_full_jitter_then_exhausted_run_is_dead_lettered(
     row = (await runs_of(db_dsn, tenant))["flaky"]
     assert row["attempt"] == 3 and row["finished_at"] is not None
     assert row["last_error"] == "ConnectionError: downstream down on attempt 3 (attempt 3 of 3)"
-    (raw,) = drain(stack.kafka, topics.dlq, expect=1)
+    (raw,) = drain_values(stack.kafka, topics.dlq, expect=1)
     letter = DeadLetter.decode(raw)
     assert letter.run == spec.envelope(tenant)
     assert (letter.error, letter.attempts, letter.worker) == (row["last_error"], 3, worker_id)
@@ -560,7 +533,7 @@ async def test_permanent_error_unknown_handler_and_bad_messages(
     forged = orjson.loads(specs[2].envelope(tenant).encode())
     forged["run_key"] = f"{tenant}/someone-else@{BASE_MS}"
     junk = [b"\xff not json", orjson.dumps({"v": 1, "run_key": "x"}), orjson.dumps(forged)]
-    publish_raw(stack.kafka, topics.runs("normal"), junk)
+    produce(stack.kafka, topics.runs("normal"), [(None, v) for v in junk])
     publish(stack.kafka, topics, tenant, [*specs, ghost])
     settings = worker_settings(stack, db_dsn, topics)
     calls_before = len(FLAKY_CALLS)
@@ -592,7 +565,7 @@ async def test_permanent_error_unknown_handler_and_bad_messages(
         "no handler named 'nobody.loaded_this' is loaded in this worker (--handlers)"
     )
     assert all(rows[j]["attempt"] == 1 for j in ("refused", "unloaded"))
-    values = drain(stack.kafka, topics.dlq, expect=5)
+    values = drain_values(stack.kafka, topics.dlq, expect=5)
     letters = [DeadLetter.decode(v) for v in values if b'"kind"' not in v]
     unreadable = [UnreadableRun.decode(v) for v in values if b'"kind"' in v]
     assert {(d.run.job_id, d.attempts) for d in letters} == {("refused", 1), ("unloaded", 1)}

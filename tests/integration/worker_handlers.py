@@ -32,3 +32,12 @@ async def record(ctx: Any, payload: Any) -> None:
 def sync_record(ctx: Any, _payload: Any) -> None:
     """A synchronous handler: runs on the worker's thread pool."""
     _note(ctx)
+
+
+@handler("test.switchable")
+async def switchable(ctx: Any, _payload: Any) -> None:
+    """Note the execution; fail while the file named by TW_TEST_BROKEN exists (the test
+    "fixes" the handler by removing it)."""
+    _note(ctx)
+    if os.path.exists(os.environ["TW_TEST_BROKEN"]):
+        raise RuntimeError("the downstream is broken (test switch)")

@@ -658,6 +658,133 @@ def jobs_rm(job: str, as_json: bool) -> None:
     _change("rm", job, as_json)
 
 
+BACKFILL_POLL_S = 0.5  # seconds between two looks at a followed backfill's progress
+
+
+def _with_store(settings: Settings, work: Callable[[Any], Awaitable[T]]) -> T:
+    """Run `work(RegistryStore)` on a one-connection pool (the registry's own write path)."""
+    from tickwheel import db
+    from tickwheel.registry_api.service import run_limits_of
+    from tickwheel.registry_api.store import RegistryStore
+
+    async def go() -> T:
+        pool = await _reach(settings, lambda dsn: db.create_pool(dsn, min_size=1, max_size=1))
+        try:
+            return await work(RegistryStore(pool, settings.shards, runs=run_limits_of(settings)))
+        finally:
+            await pool.close()
+
+    return asyncio.run(go())
+
+
+_TENANT_OPTION = click.option(
+    "--tenant", help="The job's tenant; JOB is then the job id alone (else <tenant>/<job_id>)."
+)
+
+
+@_command(jobs, "trigger")
+@click.argument("job")
+@_TENANT_OPTION
+@click.option(
+    "--idempotency-key",
+    help="The same key for the same job within 24 h starts nothing new (answers the same run).",
+)
+@_JSON_OPTION
+def jobs_trigger(job: str, tenant: str | None, idempotency_key: str | None, as_json: bool) -> None:
+    """Run JOB once now, outside its schedule (paused jobs too), through the scheduler."""
+    from tickwheel.operations.jobs import resolve_job, trigger_job
+
+    tenant, job_id = resolve_job(job, tenant)
+    result = _with_store(
+        _settings(), lambda store: trigger_job(store, tenant, job_id, idempotency_key)
+    )
+    if as_json:
+        _emit_json(result)
+    elif result["created"]:
+        click.echo(f"{result['job']}: triggered {result['run_key']}")
+    else:
+        click.echo(f"{result['job']}: already triggered with this key: {result['run_key']}")
+
+
+def _instant(text: str, option: str) -> int:
+    try:
+        return parse_instant(text, option)
+    except ScheduleError as exc:
+        raise BadInput(exc.message) from None
+
+
+@_command(jobs, "backfill")
+@click.argument("job")
+@_TENANT_OPTION
+@click.option("--from", "from_", required=True, help="ISO-8601 instant with Z (included).")
+@click.option("--to", required=True, help="ISO-8601 instant with Z (excluded; not after now).")
+@click.option("--dry-run", is_flag=True, help="Say what would be created; change nothing.")
+@click.option(
+    "--follow/--no-follow",
+    default=None,
+    help="Show a progress bar until every run created went out. [default: on a terminal]",
+)
+@_JSON_OPTION
+def jobs_backfill(
+    job: str,
+    tenant: str | None,
+    from_: str,
+    to: str,
+    dry_run: bool,
+    follow: bool | None,
+    as_json: bool,
+) -> None:
+    """Run every occurrence of JOB's schedule in [--from, --to) that has no run yet.
+
+    Each occurrence runs under its own run key, released at TICKWHEEL_BACKFILL_RATE_PER_S.
+    """
+    from tickwheel.operations.jobs import backfill_dispatched, backfill_job, resolve_job
+    from tickwheel.registry_api.on_demand import BackfillRequest
+
+    tenant, job_id = resolve_job(job, tenant)
+    window = BackfillRequest(_instant(from_, "--from"), _instant(to, "--to"))
+    settings = _settings()
+    result = _with_store(
+        settings,
+        lambda store: backfill_job(store, tenant, job_id, window, dry_run=dry_run),
+    )
+    if as_json:
+        _emit_json({k: v for k, v in result.items() if not k.endswith("_ms")})
+    else:
+        verb = "would create" if dry_run else "created"
+        click.echo(
+            f"{result['job']}: {verb} {result['runs']} run(s) for {result['occurrences']} "
+            f"occurrence(s) in the range ({result['existing']} already had a run)"
+        )
+        if result["runs"]:
+            seconds = result["runs"] / result["rate_per_s"]
+            click.echo(f"  first {result['first']}\n  last  {result['last']}")
+            click.echo(f"  released at {result['rate_per_s']:g}/s: about {seconds:.0f} s")
+    if follow is None:
+        follow = sys.stderr.isatty() and not as_json
+    if dry_run or not follow or not result["runs"]:
+        return
+    first_ms, last_ms = result["first_ms"], result["last_ms"]
+
+    async def watch(conn: Any) -> None:
+        # The bar counts every backfill run of the job in [first, last]: ours, and any of an
+        # earlier backfill of an overlapping range (they share the job's rate).
+        dispatched, total = await backfill_dispatched(conn, tenant, job_id, first_ms, last_ms)
+        with click.progressbar(length=total, label="dispatching", file=sys.stderr) as progress:
+            progress.update(dispatched)
+            while dispatched < total:
+                await asyncio.sleep(BACKFILL_POLL_S)
+                now_done, total = await backfill_dispatched(conn, tenant, job_id, first_ms, last_ms)
+                progress.update(now_done - dispatched)
+                dispatched = now_done
+
+    try:
+        _with_db(watch)
+    except KeyboardInterrupt:
+        click.echo("tickwheel: stopped following; the backfill goes on", err=True)
+        sys.exit(130)
+
+
 # --- tickwheel gc ------------------------------------------------------------------------------
 
 
@@ -680,3 +807,4 @@ def gc(as_json: bool) -> None:
     click.echo(f"dropped partitions: {dropped}")
     click.echo(f"removed completed one-off jobs: {report.removed_jobs}")
     click.echo(f"removed replay records: {report.removed_replay_records}")
+    click.echo(f"removed trigger idempotency keys: {report.removed_trigger_keys}")

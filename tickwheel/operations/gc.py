@@ -9,7 +9,8 @@ before today):
 - completed one-off jobs whose instant and last change are both before the cutoff (their one
   run is older than the cutoff too, so it went with its partition); removed in batches of
   `JOB_BATCH` so that no statement holds many row locks for long;
-- the per-run records of replays older than the cutoff (the replay summaries stay).
+- the per-run records of replays older than the cutoff (the replay summaries stay);
+- trigger idempotency keys older than a day (they answer nothing after 24 hours anyway).
 
 Running it twice removes nothing more; it is safe to run from several processes at once
 (partition upkeep takes an advisory lock, job removal skips rows another remover holds).
@@ -35,6 +36,7 @@ class GcReport:
     dropped_partitions: list[str] = field(default_factory=list)
     removed_jobs: int = 0
     removed_replay_records: int = 0
+    removed_trigger_keys: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +44,7 @@ class GcReport:
             "dropped_partitions": self.dropped_partitions,
             "removed_jobs": self.removed_jobs,
             "removed_replay_records": self.removed_replay_records,
+            "removed_trigger_keys": self.removed_trigger_keys,
         }
 
 
@@ -65,4 +68,5 @@ async def run_gc(
         if len(rows) < JOB_BATCH:
             break
     status = await conn.execute(QUERIES["gc_replay_audit_runs"], cutoff)
-    return GcReport(keep_from, dropped, removed, int(status.split()[-1]))
+    keys = await conn.execute(QUERIES["trigger_requests_gc"])
+    return GcReport(keep_from, dropped, removed, int(status.split()[-1]), int(keys.split()[-1]))

@@ -1,4 +1,4 @@
-"""Jobs as operators see them: `tickwheel jobs ls|show|pause|resume|rm`.
+"""Jobs as operators see them: `tickwheel jobs ls|show|pause|resume|rm|trigger|backfill`.
 
 Reads go straight to Postgres, across tenants. Changes go through the registry's own path —
 an `Op` folded by `registry_api/state.py` and written by `RegistryStore.apply` — so a pause,
@@ -18,8 +18,14 @@ from tickwheel.domain import RegistrationOp, job_key, run_key
 from tickwheel.operations.errors import BadInput
 from tickwheel.operations.runs import iso
 from tickwheel.queries import QUERIES
+from tickwheel.registry_api.on_demand import (
+    Backfilled,
+    BackfillRequest,
+    Triggered,
+    TriggerRequest,
+)
 from tickwheel.registry_api.state import Op, Outcome
-from tickwheel.registry_api.store import RegistryStore
+from tickwheel.registry_api.store import Applied, RegistryStore
 
 RECENT_RUNS = 10  # runs `jobs show` lists
 
@@ -129,3 +135,75 @@ async def change_job(
         "status": job.status if job is not None else None,
         "version": job.version if job is not None else None,
     }
+
+
+def resolve_job(job: str, tenant: str | None) -> tuple[str, str]:
+    """(tenant, job_id) of the JOB argument: `<tenant>/<job_id>`, or a bare id with --tenant."""
+    if tenant is None:
+        return parse_job_key(job)
+    if "/" in job:
+        raise BadInput(f"with --tenant, JOB is the job id alone, not {job!r}")
+    return tenant, job
+
+
+def _refused(applied: Applied, action: str) -> None:
+    key = job_key(applied.op.tenant, applied.op.job_id)
+    if applied.outcome == Outcome.NOT_FOUND:
+        raise BadInput(f"no job {key} (deleted jobs are gone)")
+    if applied.outcome == Outcome.CONFLICT:
+        raise BadInput(f"cannot {action} {key}: it is a completed one-off")
+    if applied.problem is not None:
+        raise BadInput(f"cannot {action} {key}: --{applied.problem}")
+
+
+async def trigger_job(
+    store: RegistryStore, tenant: str, job_id: str, idempotency_key: str | None
+) -> dict[str, Any]:
+    """One run of the job now, through the registry (paused jobs too); BadInput when the job
+    does not exist or is a completed one-off."""
+    op = Op(RegistrationOp.TRIGGER, tenant, job_id, request=TriggerRequest(idempotency_key))
+    [applied] = await store.apply([op])
+    _refused(applied, "trigger")
+    started = applied.started
+    assert isinstance(started, Triggered)
+    return {
+        "job": job_key(tenant, job_id),
+        "run_key": started.run_key,
+        "scheduled_at": format_ms(started.scheduled_ms),
+        "created": started.created,
+    }
+
+
+async def backfill_job(
+    store: RegistryStore, tenant: str, job_id: str, window: BackfillRequest, *, dry_run: bool
+) -> dict[str, Any]:
+    """The runs of the job's occurrences in the window that have none yet, through the
+    registry; a dry run rolls its transaction back and says what it would have created."""
+    op = Op(RegistrationOp.BACKFILL, tenant, job_id, request=window)
+    [applied] = await store.apply([op], dry_run=dry_run)
+    _refused(applied, "backfill")
+    done = applied.started
+    assert isinstance(done, Backfilled)
+    first = None if done.first_ms is None else run_key(tenant, job_id, done.first_ms)
+    last = None if done.last_ms is None else run_key(tenant, job_id, done.last_ms)
+    return {
+        "job": job_key(tenant, job_id),
+        "dry_run": dry_run,
+        "runs": done.created,
+        "occurrences": done.occurrences,
+        "existing": done.occurrences - done.created,
+        "first": first,
+        "last": last,
+        "first_ms": done.first_ms,
+        "last_ms": done.last_ms,
+        "rate_per_s": store.run_limits.backfill_rate_per_s,
+    }
+
+
+async def backfill_dispatched(
+    conn: asyncpg.Connection, tenant: str, job_id: str, first_ms: int, last_ms: int
+) -> tuple[int, int]:
+    """(dispatched, total) backfill runs of the job scheduled in [first_ms, last_ms]."""
+    row = await conn.fetchrow(QUERIES["ops_backfill_progress"], tenant, job_id, first_ms, last_ms)
+    assert row is not None  # an aggregate always answers one row
+    return row["dispatched"], row["total"]

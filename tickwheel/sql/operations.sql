@@ -41,6 +41,16 @@ WHERE ($1::text IS NULL OR tenant = $1::text)
 ORDER BY tenant, job_id
 LIMIT $3
 
+-- ops_backfill_progress --
+-- How far a backfill got: of the job's backfill runs scheduled in [$3, $4] (ms), how many have
+-- been dispatched (left `retrying` at attempt 0: claimed, held or skipped by the leader).
+SELECT count(*) AS total,
+       count(*) FILTER (WHERE NOT (status = 'retrying' AND attempt = 0)) AS dispatched
+FROM job_runs
+WHERE tenant = $1 AND job_id = $2 AND origin = 'backfill'
+  AND scheduled_at BETWEEN 'epoch'::timestamptz + $3::bigint * interval '1 millisecond'
+                       AND 'epoch'::timestamptz + $4::bigint * interval '1 millisecond'
+
 -- replay_lock_candidates --
 -- Step 1 of replaying a chunk of dead letters (operations/replay.py): the run rows of the
 -- chunk's run keys, locked until the chunk's transaction ends, with their job's status and

@@ -102,7 +102,7 @@ LIMIT $6
 -- One page of a job's runs, newest first, before the cursor (scheduled_at in ms).
 SELECT tenant, job_id,
        (extract(epoch FROM scheduled_at) * 1000)::bigint AS scheduled_at,
-       status, attempt, started_at, finished_at, last_error, skip_reason
+       status, attempt, started_at, finished_at, last_error, skip_reason, origin
 FROM job_runs
 WHERE tenant = $1 AND job_id = $2
   AND ($3::bigint IS NULL

@@ -66,16 +66,21 @@ JOIN unnest($1::text[], $2::text[]) AS k(tenant, job_id)
 
 -- horizon_retries --
 -- The shard's retrying runs due before $2 (index job_runs_retry): they go out through the wheel.
+-- Attempt 0: a trigger or backfill never dispatched yet (its first claim applies overlap).
+-- retry_at is written with microseconds (now() + delay): it is rounded UP to the millisecond
+-- (never early, I8), and the claims below compare that same rounding; comparing the rounded
+-- value with the stored timestamp would never match and leave the run retrying forever.
 SELECT r.tenant, r.job_id,
        (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
-       (extract(epoch FROM r.retry_at) * 1000)::bigint AS retry_at
+       ceil(extract(epoch FROM r.retry_at) * 1000)::bigint AS retry_at, r.attempt
 FROM job_runs r
 WHERE r.shard_id = $1 AND r.status = 'retrying'
   AND r.retry_at < 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
 
 -- runs_in_flight --
 -- Per job, its runs in flight (domain.IN_FLIGHT), split into buffered ones (pending without a
--- lease: held back by overlap buffer_one) and the others, for the overlap policies.
+-- lease: held back by overlap buffer_one) and the others, for the overlap policies. A retrying
+-- row at attempt 0 (a trigger or backfill not dispatched yet) occupies nothing until it goes.
 SELECT r.tenant, r.job_id,
        count(*) FILTER (WHERE r.status = 'pending' AND r.lease_until IS NULL) AS buffered,
        count(*) FILTER (WHERE r.status <> 'pending' OR r.lease_until IS NOT NULL) AS running
@@ -83,6 +88,7 @@ FROM job_runs r
 JOIN unnest($1::text[], $2::text[]) AS k(tenant, job_id)
   ON r.tenant = k.tenant AND r.job_id = k.job_id
 WHERE r.status IN ('pending', 'published', 'running', 'retrying')
+  AND NOT (r.status = 'retrying' AND r.attempt = 0)
 GROUP BY r.tenant, r.job_id
 
 -- claim_due --
@@ -159,7 +165,7 @@ WHERE r.tenant = l.tenant AND r.job_id = l.job_id AND r.scheduled_at = l.schedul
   AND j.tenant = r.tenant AND j.job_id = r.job_id
 RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
           r.attempt, r.priority, j.handler, j.target::text AS target, j.payload::text AS payload,
-          j.timeout_ms
+          j.timeout_ms, r.origin
 
 -- sweep_requeue_running --
 -- Sweeper (b): running runs whose worker lease lapsed (the worker died) with attempts left:
@@ -182,7 +188,7 @@ WHERE r.tenant = l.tenant AND r.job_id = l.job_id AND r.scheduled_at = l.schedul
   AND j.tenant = r.tenant AND j.job_id = r.job_id
 RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
           r.attempt, r.priority, j.handler, j.target::text AS target, j.payload::text AS payload,
-          j.timeout_ms
+          j.timeout_ms, r.origin
 
 -- sweep_dead_running --
 -- Sweeper (b): running runs whose worker lease lapsed on their last attempt become dead; the
@@ -204,7 +210,7 @@ WHERE r.tenant = l.tenant AND r.job_id = l.job_id AND r.scheduled_at = l.schedul
   AND j.tenant = r.tenant AND j.job_id = r.job_id
 RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
           r.attempt, r.epoch, r.priority, j.handler, j.target::text AS target,
-          j.payload::text AS payload, j.timeout_ms, r.last_error,
+          j.payload::text AS payload, j.timeout_ms, r.origin, r.last_error,
           (extract(epoch FROM r.finished_at) * 1000)::bigint AS dead_at
 
 -- retries_claim --
@@ -220,11 +226,47 @@ FROM unnest($4::text[], $5::text[], $6::bigint[], $7::bigint[]) AS k(tenant, job
 WHERE r.tenant = k.tenant AND r.job_id = k.job_id
   AND r.scheduled_at = 'epoch'::timestamptz + k.ms * interval '1 millisecond'
   AND r.shard_id = $1 AND r.status = 'retrying'
-  AND r.retry_at = 'epoch'::timestamptz + k.retry_ms * interval '1 millisecond'
+  AND ceil(extract(epoch FROM r.retry_at) * 1000)::bigint = k.retry_ms  -- as horizon_retries reads it
   AND j.tenant = r.tenant AND j.job_id = r.job_id
 RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
           r.attempt, r.priority, j.handler, j.target::text AS target, j.payload::text AS payload,
-          j.timeout_ms
+          j.timeout_ms, r.origin
+
+-- first_dispatch_overlap --
+-- The overlap policy of the jobs of due attempt-0 runs (triggers, backfills) whose policy is
+-- not `allow`: those runs are decided like a scheduled occurrence before they are claimed.
+SELECT j.tenant, j.job_id, j.overlap_policy
+FROM jobs j
+JOIN unnest($1::text[], $2::text[]) AS k(tenant, job_id)
+  ON j.tenant = k.tenant AND j.job_id = k.job_id
+WHERE j.overlap_policy <> 'allow'
+
+-- retries_hold --
+-- A due attempt-0 run that overlap `buffer_one` holds: it becomes the job's buffered run, as a
+-- scheduled occurrence would (pending at attempt 1 without a lease; `buffered_release` sends
+-- it when the job is free). Matches retry_at like `retries_claim`.
+--   $1 shard  $2 epoch  $3 tenant  $4 job_id  $5 scheduled ms  $6 retry_at ms
+UPDATE job_runs r SET
+    status = 'pending', attempt = 1, epoch = $2, lease_until = NULL, published_at = NULL
+FROM unnest($3::text[], $4::text[], $5::bigint[], $6::bigint[]) AS k(tenant, job_id, ms, retry_ms)
+WHERE r.tenant = k.tenant AND r.job_id = k.job_id
+  AND r.scheduled_at = 'epoch'::timestamptz + k.ms * interval '1 millisecond'
+  AND r.shard_id = $1 AND r.status = 'retrying' AND r.attempt = 0
+  AND ceil(extract(epoch FROM r.retry_at) * 1000)::bigint = k.retry_ms
+RETURNING r.tenant, r.job_id
+
+-- retries_skip --
+-- A due attempt-0 run that overlap `skip` (or a full `buffer_one`) refuses: recorded skipped
+-- with the reason, as a scheduled occurrence would be (I7).
+--   $1 shard  $2 reason  $3 tenant  $4 job_id  $5 scheduled ms  $6 retry_at ms
+UPDATE job_runs r SET
+    status = 'skipped', skip_reason = $2, finished_at = now(), retry_at = NULL
+FROM unnest($3::text[], $4::text[], $5::bigint[], $6::bigint[]) AS k(tenant, job_id, ms, retry_ms)
+WHERE r.tenant = k.tenant AND r.job_id = k.job_id
+  AND r.scheduled_at = 'epoch'::timestamptz + k.ms * interval '1 millisecond'
+  AND r.shard_id = $1 AND r.status = 'retrying' AND r.attempt = 0
+  AND ceil(extract(epoch FROM r.retry_at) * 1000)::bigint = k.retry_ms
+RETURNING r.tenant, r.job_id
 
 -- buffered_release --
 -- Overlap buffer_one: a buffered run (pending without a lease) whose job has no other run in
@@ -237,7 +279,8 @@ WITH ready AS (
           SELECT 1 FROM job_runs o
           WHERE o.tenant = b.tenant AND o.job_id = b.job_id
             AND o.status IN ('pending', 'published', 'running', 'retrying')
-            AND (o.status <> 'pending' OR o.lease_until IS NOT NULL))
+            AND (o.status <> 'pending' OR o.lease_until IS NOT NULL)
+            AND NOT (o.status = 'retrying' AND o.attempt = 0))
     FOR UPDATE OF b
 )
 UPDATE job_runs r SET lease_until = now() + $3::bigint * interval '1 millisecond', epoch = $2
@@ -247,7 +290,7 @@ WHERE r.tenant = b.tenant AND r.job_id = b.job_id AND r.scheduled_at = b.schedul
   AND j.tenant = r.tenant AND j.job_id = r.job_id
 RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
           r.attempt, r.priority, j.handler, j.target::text AS target, j.payload::text AS payload,
-          j.timeout_ms
+          j.timeout_ms, r.origin
 
 -- shard_has_buffered --
 SELECT EXISTS (
