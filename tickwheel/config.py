@@ -121,7 +121,10 @@ class Settings(BaseSettings):
         0, ge=0, description="runs of one tenant a worker executes at once; 0: no cap"
     )
     worker_queue_per_priority: int = Field(
-        256,
+        # Well above worker_batch (a fetch brings up to 500): at 256 a worker paused and resumed
+        # its partitions on every fetch and two workers completed 965 runs/s; at 4000, 4,233/s
+        # (docs/BENCHMARKS.md). An envelope held costs about a kilobyte.
+        4000,
         ge=1,
         description="deliveries a worker holds per priority before pausing that topic's partitions",
     )
