@@ -32,6 +32,7 @@ DB_UNAVAILABLE = (
     OSError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,  # a connection cut mid-protocol by a restart (tickwheel/db.py)
 )
 WRITE_RETRIES = 3
 API_KEY_PREFIX = "tw_"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import click
 
 from tickwheel import __version__
+from tickwheel.chaos.cli import chaos
 from tickwheel.core_cli import db, topics
 from tickwheel.demo import demo
 from tickwheel.operations.cli import dlq, gc, jobs, runs
@@ -42,5 +43,6 @@ for command in (
     runs,
     jobs,
     gc,
+    chaos,
 ):
     main.add_command(command)
