@@ -13,7 +13,13 @@ from tickwheel.chaos.deployment import ZK_SESSION_MS, Ports
 from tickwheel.chaos.harness import Harness, Options, default_jars
 from tickwheel.stack.zookeeper import ZK_TICK_MS
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(240),
+    # DevStack starts its JVMs as daemons and drops their Popen objects on purpose (they are
+    # tracked by pid files); the garbage collector's "still running" note is expected here.
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
 
 
 def _free_ports(n: int) -> list[int]:

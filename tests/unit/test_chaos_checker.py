@@ -123,3 +123,16 @@ def test_envelope_produced_before_its_instant_is_early() -> None:
     envelopes = [Envelope("t/a@1000", 1000, 1, 999), Envelope("t/b@1000", 1000, 1, 1000)]
     result = check_round(Ledger(frozenset(), [], [], envelopes=envelopes))
     assert (result.early, result.early_envelopes, result.envelopes) == (1, 1, 2)
+
+
+def test_failover_gap_counts_envelopes_of_rows_without_published_at() -> None:
+    """a dispatch seen only on the run topic (the row was claimed before it was marked
+    published) still ends the gap"""
+    rows = [
+        _row("a", T, shard_id=1, published_ms=T),
+        _row("a", T + 1000, shard_id=1, published_ms=None),
+    ]
+    envelopes = [Envelope("t/a@1001000", T + 1000, 1, T + 1200)]
+    fault = FaultEvent("kafka_restart", T + 100)
+    assert failover_gap_s(fault, rows) is None
+    assert failover_gap_s(fault, rows, envelopes) == 1.2

@@ -139,18 +139,28 @@ def percentiles(values: Iterable[int]) -> dict[str, int]:
     return {"p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99), "max": ordered[-1]}
 
 
-def failover_gap_s(fault: FaultEvent, rows: Sequence[RunRow]) -> float | None:
+def failover_gap_s(
+    fault: FaultEvent, rows: Sequence[RunRow], envelopes: Sequence[Envelope] = ()
+) -> float | None:
     """The longest last-before → first-after gap over the fault's shards, seconds; None when
-    no affected shard has activity on both sides of the fault."""
+    no affected shard has activity on both sides of the fault. Dispatches are the rows'
+    `published_at` and the envelopes' produce times (a row claimed by a worker before the
+    leader marked it published keeps no `published_at`); starts are the rows' `started_at`."""
+    shard_of_key = {row.key: row.shard_id for row in rows}
     by_shard: dict[int, list[int]] = defaultdict(list)
     for row in rows:
-        if fault.shards is not None and row.shard_id not in fault.shards:
-            continue
         instant = row.published_ms if fault.measure == "dispatch" else row.started_ms
         if instant is not None:
             by_shard[row.shard_id].append(instant)
+    if fault.measure == "dispatch":
+        for env in envelopes:
+            shard = shard_of_key.get(env.run_key)
+            if shard is not None:
+                by_shard[shard].append(env.produced_ms)
     gaps: list[int] = []
-    for instants in by_shard.values():
+    for shard, instants in by_shard.items():
+        if fault.shards is not None and shard not in fault.shards:
+            continue
         before = [t for t in instants if t <= fault.at_ms]
         after = [t for t in instants if t > fault.at_ms]
         if before and after:
@@ -192,7 +202,7 @@ def check_round(ledger: Ledger) -> RoundResult:
     ]
     gaps: dict[str, float | None] = {}
     for n, fault in enumerate(ledger.faults):
-        gaps[f"{n}:{fault.kind}"] = failover_gap_s(fault, ledger.rows)
+        gaps[f"{n}:{fault.kind}"] = failover_gap_s(fault, ledger.rows, ledger.envelopes)
     return RoundResult(
         lost=len(lost_keys),
         lost_sample=lost_keys[:LOST_SAMPLE],

@@ -19,6 +19,7 @@ SCHEDULERS = ("sched-a", "sched-b")
 WORKERS = ("worker-1", "worker-2")
 RESTART_DOWN_S = 1.0  # how long a restarted service stays down
 ZK_EXPIRY_SLACK_S = 2.5  # past the session: the server's expiry tick and the takeover
+ARMED_WAIT_S = 30.0  # how long an armed worker may take to reach its crash point
 
 
 @dataclass
@@ -73,17 +74,21 @@ async def worker_kill(ctx: FaultContext) -> list[FaultEvent]:
 
 
 async def worker_crash_after_results(ctx: FaultContext) -> list[FaultEvent]:
-    """A worker armed to die between its result write and its offset commit joins the group
-    (a rebalance), takes partitions, writes its first results and dies there."""
-    at = now_ms()
-    name = f"worker-armed-{at}"
-    proc = ctx.deployment.spawn_worker(name, TICKWHEEL_FAULT="worker_after_results")
-    ctx.log(f"started {name}, armed at worker_after_results")
-    deadline = time.monotonic() + 30
+    """A worker leaves the group (SIGTERM) and comes back armed to die between its result
+    write and its offset commit: it takes back partitions, writes its first results and dies
+    there (kill -9 at that point, as a power cut would); it is then started again unarmed."""
+    victim = WORKERS[ctx.victim_index % 2]
+    ctx.deployment.stop(victim)
+    proc = ctx.deployment.spawn_worker(victim, TICKWHEEL_FAULT="worker_after_results")
+    ctx.log(f"{victim} restarted armed at worker_after_results")
+    deadline = time.monotonic() + ARMED_WAIT_S
     while proc.poll() is None and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
-    ctx.log(f"{name} exited with {proc.poll()}")
-    ctx.deployment.stop(name)
+        await asyncio.sleep(0.05)
+    at = now_ms()
+    code = proc.poll()
+    ctx.log(f"{victim} exited with {code} (86: at the crash point)")
+    ctx.deployment.stop(victim)
+    ctx.deployment.spawn_worker(victim)
     return [FaultEvent("worker_crash_after_results", at, None, "start")]
 
 

@@ -233,12 +233,12 @@ class Harness:
             moment_ms = burst_ms + self.rng.randint(2000, 3500)
         ctx = FaultContext(dep, victim, lambda line: self.echo(f"  [{n}] {line}"))
         fault = asyncio.create_task(self._fault_at(kind, moment_ms, ctx))
-        registered_after_ms = await self._registered(workload) - registered_ms
+        landed_ms = await self._registered(workload)
         events = await fault
         await asyncio.sleep(STEADY_AFTER_FAULT_S)
         await dep.fetch(QUERIES["chaos_jobs_delete"], tenant, workload.steady_ids)
         deleted_ms = now_ms()
-        expected = workload.expected(registered_ms, deleted_ms)
+        expected = workload.expected(landed_ms, deleted_ms)
         unfinished = await self._drain(tenant, expected)
         exited = self._revive()
         rows = [
@@ -265,7 +265,7 @@ class Harness:
             "phase": phase,
             "fault_offset_ms": moment_ms - burst_ms,
             "expected": len(expected),
-            "registered_after_ms": registered_after_ms,
+            "registered_after_ms": landed_ms - registered_ms,
             "unfinished_after_drain": unfinished,
             "exited_on_their_own": exited,
             "result": result.as_dict(),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tickwheel.domain import run_key
+from tickwheel.domain import PRIORITIES, run_key
 from tickwheel.sharding import shard_of
 
 HANDLER = "chaos.record"
@@ -33,8 +33,9 @@ class Workload:
                 "handler": HANDLER,
                 "payload": {"sleep_ms": STEADY_SLEEP_MS},
                 "misfire": MISFIRE,
+                "priority": PRIORITIES[n % len(PRIORITIES)],
             }
-            for job_id in self.steady_ids
+            for n, job_id in enumerate(self.steady_ids)
         ]
         burst = [
             {
@@ -43,14 +44,17 @@ class Workload:
                 "handler": HANDLER,
                 "payload": {"sleep_ms": BURST_SLEEP_MS},
                 "misfire": MISFIRE,
+                "priority": PRIORITIES[n % len(PRIORITIES)],
             }
-            for job_id in self.burst_ids
+            for n, job_id in enumerate(self.burst_ids)
         ]
         return burst + steady
 
     def expected(self, registered_ms: int, deleted_ms: int) -> frozenset[str]:
         """Run keys judged for loss: every burst run, and every second of the steady jobs
-        between registration and deletion (less a margin on both sides)."""
+        between their registration (when the last job was in the database) and their
+        deletion, less a margin on both sides. A job the registry never stored leaves its
+        burst run lost: burst runs are judged whatever happened to their registration."""
         first = (registered_ms // 1000 + 1) * 1000 + JUDGED_MARGIN_MS
         last = deleted_ms - JUDGED_MARGIN_MS
         keys = {run_key(self.tenant, j, self.burst_ms) for j in self.burst_ids}
