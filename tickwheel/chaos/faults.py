@@ -14,11 +14,15 @@ from tickwheel.chaos.checker import FaultEvent
 from tickwheel.chaos.deployment import ZK_SESSION_MS, Deployment
 from tickwheel.clock import now_ms
 from tickwheel.queries import QUERIES
+from tickwheel.stack import DevStack
+from tickwheel.stack.kafka import probe_kafka
+from tickwheel.stack.zookeeper import probe_zookeeper
 
 SCHEDULERS = ("sched-a", "sched-b")
 WORKERS = ("worker-1", "worker-2")
 RESTART_DOWN_S = 1.0  # how long a restarted service stays down
 ZK_EXPIRY_SLACK_S = 2.5  # past the session: the server's expiry tick and the takeover
+SERVICE_START_TIMEOUT_S = 90.0  # a restarted service must answer its probe within this
 ARMED_WAIT_S = 30.0  # how long an armed worker may take to reach its crash point
 
 
@@ -103,22 +107,38 @@ async def rebalance(ctx: FaultContext) -> list[FaultEvent]:
     return [FaultEvent("rebalance", at, None, "start")]
 
 
-def _stack(ctx: FaultContext):  # type: ignore[no-untyped-def]
+def _stack(ctx: FaultContext) -> DevStack:
     stack = ctx.deployment.stack
     assert stack is not None, "faults on services need the private stack"
     return stack
 
 
+async def _restart_jvm(ctx: FaultContext, name: str) -> int:
+    """Stop one of the private JVMs (SIGTERM), start it again, wait for its health probe;
+    returns when it went down (unix ms). The probe, not the PID file, says it is back."""
+    stack = _stack(ctx)
+    service = stack.kafka if name == "kafka" else stack.zookeeper
+    address = stack.s.effective_kafka if name == "kafka" else stack.s.effective_zk
+    probe = probe_kafka if name == "kafka" else probe_zookeeper
+    at = now_ms()
+    await asyncio.to_thread(service.jvm.stop)
+    ctx.log(f"{name} stopped")
+    await asyncio.sleep(RESTART_DOWN_S)
+    await asyncio.to_thread(service.start)
+    deadline = time.monotonic() + SERVICE_START_TIMEOUT_S
+    while (problem := await asyncio.to_thread(probe, address)) is not None:
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{name} not healthy {SERVICE_START_TIMEOUT_S}s after a restart: {problem}"
+            )
+        await asyncio.sleep(0.5)
+    ctx.log(f"{name} up after {(now_ms() - at) / 1000:.1f}s")
+    return at
+
+
 async def kafka_restart(ctx: FaultContext) -> list[FaultEvent]:
     """The broker stops (SIGTERM) and starts again."""
-    stack = _stack(ctx)
-    at = now_ms()
-    await asyncio.to_thread(stack.kafka.jvm.stop)
-    ctx.log("kafka stopped")
-    await asyncio.sleep(RESTART_DOWN_S)
-    await asyncio.to_thread(stack.up)
-    ctx.log("kafka up")
-    return [FaultEvent("kafka_restart", at)]
+    return [FaultEvent("kafka_restart", await _restart_jvm(ctx, "kafka"))]
 
 
 async def postgres_restart(ctx: FaultContext) -> list[FaultEvent]:
@@ -135,14 +155,7 @@ async def postgres_restart(ctx: FaultContext) -> list[FaultEvent]:
 
 async def zookeeper_restart(ctx: FaultContext) -> list[FaultEvent]:
     """ZooKeeper stops and starts again: leaders suspend, then resume or hand over."""
-    stack = _stack(ctx)
-    at = now_ms()
-    await asyncio.to_thread(stack.zookeeper.jvm.stop)
-    ctx.log("zookeeper stopped")
-    await asyncio.sleep(RESTART_DOWN_S)
-    await asyncio.to_thread(stack.up)
-    ctx.log("zookeeper up")
-    return [FaultEvent("zookeeper_restart", at)]
+    return [FaultEvent("zookeeper_restart", await _restart_jvm(ctx, "zookeeper"))]
 
 
 async def registry_kill(ctx: FaultContext) -> list[FaultEvent]:

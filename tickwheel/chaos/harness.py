@@ -135,12 +135,16 @@ class Harness:
         self.deployment = Deployment(options.root, options.ports, echo=echo)
         self.rng = random.Random(options.seed * 7919 + 1)
         self.tag = f"s{options.seed}t{int(time.time()) % 100000}"
+        self.completed: list[dict[str, Any]] = []
 
     def run(self) -> dict[str, Any]:
         """Start the private stack, run the rounds, stop everything (also on Ctrl-C)."""
         try:
             self.deployment.start_stack(self.options.jars_from)
             return asyncio.run(self._rounds())
+        except KeyboardInterrupt:
+            self.echo(f"interrupted: the report covers the {len(self.completed)} rounds done")
+            return {**summarize(self.completed), "interrupted": True}
         finally:
             self.echo("stopping the chaos deployment and its private stack")
             self.deployment.close()
@@ -161,7 +165,7 @@ class Harness:
             self.run_topics.close()
 
     async def _each_round(self) -> dict[str, Any]:
-        rounds = []
+        rounds = self.completed
         for n, (kind, phase, victim) in enumerate(plan(self.options), start=1):
             detail = await self._round(n, kind, phase, victim)
             rounds.append(detail)
