@@ -59,7 +59,9 @@ def chaos(
 
     from tickwheel.chaos.deployment import Ports
     from tickwheel.chaos.harness import Harness, Options, default_jars, table
-    from tickwheel.cli_support import fail
+    from tickwheel.cli_support import fail, settings
+
+    settings()  # a bad setting fails here with one line, before any service is started
 
     chosen = [k.strip() for k in kinds.split(",") if k.strip()]
     unknown = sorted(set(chosen) - set(FAULTS))
