@@ -136,3 +136,12 @@ def test_failover_gap_counts_envelopes_of_rows_without_published_at() -> None:
     fault = FaultEvent("kafka_restart", T + 100)
     assert failover_gap_s(fault, rows) is None
     assert failover_gap_s(fault, rows, envelopes) == 1.2
+
+
+def test_failover_gap_is_the_longest_silence_after_the_fault_until_the_load_ends() -> None:
+    """a broker that keeps serving a moment after the fault instant: the outage that follows
+    is the gap, and a pause after the steady load ended is not counted"""
+    instants = [T, T + 1000, T + 1500, T + 9500, T + 10_000, T + 30_000]
+    rows = [_row("a", t, shard_id=1, published_ms=t) for t in instants]
+    fault = FaultEvent("kafka_restart", T + 900, until_ms=T + 20_000)
+    assert failover_gap_s(fault, rows) == 8.0

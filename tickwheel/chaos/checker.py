@@ -12,12 +12,13 @@ Definitions (docs/RELIABILITY.md):
 - early: a row published or started before its scheduled instant, both by the database's clock,
   or an envelope on a run topic produced (its Kafka timestamp, the producer's clock on the
   same host) before it (I8). Must be 0.
-- failover gap of a fault: over the shards it affects, the longest time from the last dispatch
-  (or start, for worker faults) before the fault to the first one after it.
+- failover gap of a fault: over the shards it affects, the longest silence in dispatches (or
+  starts, for worker faults) from the last one before the fault until the steady load ends.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -78,6 +79,7 @@ class FaultEvent:
     at_ms: int
     shards: frozenset[int] | None = None
     measure: str = "dispatch"
+    until_ms: int | None = None  # the end of the steady load: later pauses are not the fault's
 
 
 @dataclass(frozen=True)
@@ -142,10 +144,11 @@ def percentiles(values: Iterable[int]) -> dict[str, int]:
 def failover_gap_s(
     fault: FaultEvent, rows: Sequence[RunRow], envelopes: Sequence[Envelope] = ()
 ) -> float | None:
-    """The longest last-before → first-after gap over the fault's shards, seconds; None when
-    no affected shard has activity on both sides of the fault. Dispatches are the rows'
-    `published_at` and the envelopes' produce times (a row claimed by a worker before the
-    leader marked it published keeps no `published_at`); starts are the rows' `started_at`."""
+    """The longest silence over the fault's shards from their last activity before the fault
+    until `until_ms`, seconds; None when no affected shard has activity on both sides.
+    Dispatches are the rows' `published_at` and the envelopes' produce times (a row claimed by
+    a worker before the leader marked it published keeps no `published_at`); starts are the
+    rows' `started_at`."""
     shard_of_key = {row.key: row.shard_id for row in rows}
     by_shard: dict[int, list[int]] = defaultdict(list)
     for row in rows:
@@ -161,10 +164,16 @@ def failover_gap_s(
     for shard, instants in by_shard.items():
         if fault.shards is not None and shard not in fault.shards:
             continue
-        before = [t for t in instants if t <= fault.at_ms]
-        after = [t for t in instants if t > fault.at_ms]
-        if before and after:
-            gaps.append(min(after) - max(before))
+        ordered = sorted(set(instants))
+        before = [t for t in ordered if t <= fault.at_ms]
+        if not before:
+            continue
+        # From the last activity before the fault on, the longest silence: a service that
+        # stops gracefully keeps serving a moment after the fault's instant.
+        window = [t for t in ordered if t >= before[-1]]
+        if fault.until_ms is not None:
+            window = [t for t in window if t <= fault.until_ms]
+        gaps.extend(b - a for a, b in itertools.pairwise(window))
     return max(gaps) / 1000 if gaps else None
 
 

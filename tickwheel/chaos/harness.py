@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 import uuid
@@ -40,6 +41,7 @@ PHASES = ("burst", "steady")
 BURST_LEAD_MS = 3000  # the burst falls due this long after its registrations are sent
 REGISTER_TIMEOUT_S = 60.0
 STEADY_AFTER_FAULT_S = 3.0  # steady load keeps running this long after a fault has healed
+STEADY_JUDGED_MS = 7000  # steady load after the jobs landed: 2 judged seconds past the margins
 DRAIN_TIMEOUT_S = 60.0  # the bound of "lost": no terminal state this long after the round
 WARM_UP_TIMEOUT_S = 60.0
 
@@ -239,9 +241,13 @@ class Harness:
         fault = asyncio.create_task(self._fault_at(kind, moment_ms, ctx))
         landed_ms = await self._registered(workload)
         events = await fault
-        await asyncio.sleep(STEADY_AFTER_FAULT_S)
+        # Steady load for a while after the fault healed and after the jobs landed (a killed
+        # registry stores them late), so that every round judges steady occurrences.
+        until_ms = max(now_ms() + 1000 * STEADY_AFTER_FAULT_S, landed_ms + STEADY_JUDGED_MS)
+        await asyncio.sleep(max(0.0, (until_ms - now_ms()) / 1000))
         await dep.fetch(QUERIES["chaos_jobs_delete"], tenant, workload.steady_ids)
         deleted_ms = now_ms()
+        events = [dataclasses.replace(e, until_ms=deleted_ms) for e in events]
         expected = workload.expected(landed_ms, deleted_ms)
         unfinished = await self._drain(tenant, expected)
         exited = self._revive()
