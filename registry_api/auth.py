@@ -85,3 +85,50 @@ async def authenticate(header: str | None, keys: KeyCache) -> str:
     if tenant is None:
         raise AuthProblem("the API key is not valid (unknown or revoked)", invalid_token=True)
     return tenant
+
+
+# --- failed attempts, per client ----------------------------------------------------------------
+
+FAILED_AUTH_BURST = 20  # failed authentications a client address may make at once
+FAILED_AUTH_PER_S = 1.0  # ... and then this many per second (token bucket refill)
+FAILED_AUTH_CLIENTS_MAX = 10_000  # addresses tracked; full buckets are forgotten first
+
+
+class FailedAuthLimiter:
+    """A token bucket per client address, drawn only by failed authentications: a client that
+    guesses keys is answered 429 (with Retry-After) before its guess is even looked up, while
+    a client whose key works is never slowed down."""
+
+    def __init__(
+        self,
+        *,
+        burst: int = FAILED_AUTH_BURST,
+        per_s: float = FAILED_AUTH_PER_S,
+        max_clients: int = FAILED_AUTH_CLIENTS_MAX,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._burst = float(burst)
+        self._per_s = per_s
+        self._max = max_clients
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # client → (tokens, at)
+
+    def _tokens(self, client: str, now: float) -> float:
+        tokens, at = self._buckets.get(client, (self._burst, now))
+        return min(self._burst, tokens + (now - at) * self._per_s)
+
+    def retry_after_s(self, client: str) -> float:
+        """0 when `client` may try to authenticate now, else seconds until it may."""
+        tokens = self._tokens(client, self._clock())
+        return 0.0 if tokens >= 1 else (1 - tokens) / self._per_s
+
+    def failed(self, client: str) -> None:
+        """Take a token from `client`'s bucket for a failed attempt."""
+        now = self._clock()
+        if client not in self._buckets and len(self._buckets) >= self._max:
+            self._buckets = {
+                c: v for c, v in self._buckets.items() if self._tokens(c, now) < self._burst
+            }
+            if len(self._buckets) >= self._max:
+                self._buckets.clear()
+        self._buckets[client] = (max(0.0, self._tokens(client, now) - 1), now)

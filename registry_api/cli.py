@@ -70,3 +70,37 @@ def tenant_add(name: str) -> None:
         fail(f"cannot connect to Postgres at {redact_dsn(settings().effective_dsn)}: {exc}")
     click.echo(f"tenant {name} created; its API key (shown once):")
     click.echo(key)
+
+
+@tenant.command("revoke-key")
+@click.argument("prefix_or_key")
+def tenant_revoke_key(prefix_or_key: str) -> None:
+    """Revoke an API key, given whole or by its first 10 characters (as `tenant add` and the
+    keys table show them). Registries stop accepting it within their key cache's TTL (30 s)."""
+    import asyncio
+
+    import asyncpg
+
+    from tickwheel import db as dbmod
+    from tickwheel.registry_api.store import RegistryStore
+
+    key = prefix_or_key.strip()
+    if not key:
+        fail("PREFIX_OR_KEY must not be empty", EXIT_BAD_INPUT)
+
+    async def go() -> tuple[str, str]:
+        pool = await dbmod.create_pool(settings().effective_dsn, min_size=1, max_size=1)
+        try:
+            return await RegistryStore(pool, settings().shards).revoke_key(key)
+        finally:
+            await pool.close()
+
+    try:
+        prefix, owner = asyncio.run(go())
+    except KeyError:
+        fail(f"no active API key matches {key[:10]!r}", EXIT_BAD_INPUT)
+    except ValueError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    except (OSError, asyncpg.PostgresError) as exc:
+        fail(f"cannot revoke the key (Postgres at {redact_dsn(settings().effective_dsn)}): {exc}")
+    click.echo(f"API key {prefix}… of tenant {owner} revoked")

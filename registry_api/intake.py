@@ -41,10 +41,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import asyncpg
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
-from tickwheel.db import is_data_error
+from tickwheel.db import DB_ERRORS, is_data_error
 from tickwheel.domain import RegistrationOp
 from tickwheel.envelopes import EnvelopeError, Registration, Rejection
 from tickwheel.faults import crash_point, fail_point
@@ -79,9 +78,7 @@ REJECTION_KEY_MAX_BYTES = 4096
 # 12 KB if every one is JSON-escaped), the longest key and the original's size and digest.
 REJECTION_FALLBACK_BYTES = 32 * 1024
 _UNAVAILABLE = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    OSError,
+    *DB_ERRORS,
     TimeoutError,
     PublishError,  # the broker did not acknowledge: retry the batch
     KafkaException,

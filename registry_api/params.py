@@ -3,6 +3,7 @@ and the path and query parameters the job endpoints share."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -10,8 +11,9 @@ from typing import Annotated
 from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from tickwheel.registry_api.auth import KeyCache, authenticate
+from tickwheel.registry_api.auth import AuthProblem, FailedAuthLimiter, KeyCache, authenticate
 from tickwheel.registry_api.document import JOB_ID_PATTERN, Limits
+from tickwheel.registry_api.errors import ApiError
 from tickwheel.registry_api.metrics import Metrics
 from tickwheel.registry_api.store import PAGE_LIMIT_MAX, RegistryStore
 from tickwheel.runtime import PartState
@@ -30,6 +32,8 @@ class Registry:
     keys: KeyCache
     # The process's health records of its long-running parts, which /healthz reports.
     parts: Mapping[str, PartState] = field(default_factory=dict)
+    # Failed authentications per client address (429 past a burst): auth.py.
+    auth_failures: FailedAuthLimiter = field(default_factory=FailedAuthLimiter)
 
 
 def registry_of(request: Request) -> Registry:
@@ -44,10 +48,31 @@ _bearer = HTTPBearer(
 )
 
 
+async def _authenticated(request: Request) -> str:
+    """The tenant of the request's bearer key: AuthProblem → 401, or 429 with Retry-After for
+    a client address that failed too often lately."""
+    registry = registry_of(request)
+    client = request.client.host if request.client else "unknown"
+    wait_s = registry.auth_failures.retry_after_s(client)
+    if wait_s > 0:
+        raise ApiError(
+            429,
+            "too_many_requests",
+            "too many failed authentications from this address; retry after the time "
+            "in the Retry-After header",
+            {"Retry-After": str(math.ceil(wait_s))},
+        )
+    try:
+        return await authenticate(request.headers.get("authorization"), registry.keys)
+    except AuthProblem:
+        registry.auth_failures.failed(client)
+        raise
+
+
 async def authenticate_request(request: Request) -> None:
     """Refuse (AuthProblem → 401) a request without a valid bearer key. Routes with a body run
     this before the body is read (body.authenticated_first)."""
-    await authenticate(request.headers.get("authorization"), registry_of(request).keys)
+    await _authenticated(request)
 
 
 async def tenant_of(
@@ -57,7 +82,7 @@ async def tenant_of(
     """The request's tenant, from its bearer key (AuthProblem → 401)."""
     # The HTTPBearer dependency only puts the scheme in the OpenAPI document; the header is
     # parsed here so that "missing" and "malformed" get sentences of their own.
-    tenant = await authenticate(request.headers.get("authorization"), registry_of(request).keys)
+    tenant = await _authenticated(request)
     request.state.tenant = tenant  # for the request log line
     return tenant
 

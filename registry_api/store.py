@@ -47,9 +47,11 @@ DB_UNAVAILABLE = (
     OSError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,  # a connection cut mid-protocol by a restart (tickwheel/db.py)
 )
 WRITE_RETRIES = 3
 API_KEY_PREFIX = "tw_"
+API_KEY_SHOWN_CHARS = 10  # leading characters of a key stored in clear, to name it
 PAGE_LIMIT_MAX = 500
 _ON_DEMAND = (Outcome.TRIGGERED, Outcome.BACKFILLED)
 
@@ -367,8 +369,31 @@ class RegistryStore:
         api_key = API_KEY_PREFIX + secrets.token_urlsafe(32)
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(QUERIES["tenant_insert"], name)
-            await conn.execute(QUERIES["api_key_insert"], hash_key(api_key), api_key[:10], name)
+            shown = api_key[:API_KEY_SHOWN_CHARS]
+            await conn.execute(QUERIES["api_key_insert"], hash_key(api_key), shown, name)
         return api_key
+
+    async def revoke_key(self, prefix_or_key: str) -> tuple[str, str]:
+        """Revoke the active key given whole, or named by its printed prefix (the first
+        API_KEY_SHOWN_CHARS characters); (prefix, tenant) of the key revoked. KeyError when
+        no active key matches, ValueError when a prefix names more than one."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            if len(prefix_or_key) > API_KEY_SHOWN_CHARS:
+                key_hash = hash_key(prefix_or_key)
+            else:
+                rows = await conn.fetch(QUERIES["api_keys_active_by_prefix"], prefix_or_key)
+                if len(rows) > 1:
+                    raise ValueError(
+                        f"prefix {prefix_or_key!r} names {len(rows)} active keys; give the "
+                        "whole key"
+                    )
+                if not rows:
+                    raise KeyError(prefix_or_key)
+                key_hash = rows[0]["key_hash"]
+            row = await conn.fetchrow(QUERIES["api_key_revoke"], key_hash)
+        if row is None:
+            raise KeyError(prefix_or_key)
+        return row["prefix"], row["tenant"]
 
     async def tenant_for_key(self, api_key: str) -> str | None:
         tenant: str | None = await self.pool.fetchval(QUERIES["tenant_by_key"], hash_key(api_key))

@@ -17,6 +17,7 @@ import asyncpg
 import orjson
 from asyncpg.pool import PoolConnectionProxy
 
+from tickwheel import db
 from tickwheel.domain import RunOrigin, run_key
 from tickwheel.envelopes import RunEnvelope
 from tickwheel.queries import QUERIES
@@ -25,15 +26,7 @@ from tickwheel.shards.plan import ClaimBatch, JobEntry, RetryEntry
 # A connection of its own or one lent by a pool: the leaders use a pool.
 Conn: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[Any]"
 
-# What a failed database round trip raises: the server (or its connection) went away, refused,
-# or killed the session (e.g. idle_in_transaction_session_timeout after a freeze). A leader
-# logs them and tries again; anything else is a bug and stops the process.
-DB_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-)
+DB_ERRORS = db.DB_ERRORS  # one home: tickwheel/db.py
 
 SWEEP_LIMIT = 5000  # runs one sweep statement handles at most (the next sweep takes the rest)
 

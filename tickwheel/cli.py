@@ -13,6 +13,7 @@ import click
 
 from tickwheel import __version__
 from tickwheel.bench.cli import bench
+from tickwheel.chaos.cli import chaos
 from tickwheel.core_cli import db, topics
 from tickwheel.demo import demo
 from tickwheel.operations.cli import dlq, gc, jobs, runs
@@ -50,3 +51,5 @@ for command in (
     bench,
 ):
     main.add_command(command)
+# The reliability harness is a benchmark of faults: `tickwheel bench chaos`.
+bench.add_command(chaos)

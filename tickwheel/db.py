@@ -123,6 +123,19 @@ def domain_error(exc: asyncpg.PostgresError) -> DomainError | None:
     return None
 
 
+# What a failed database round trip raises when the server (or the connection to it) went
+# away, refused, or killed the session: a restart of Postgres raises all four kinds, among
+# them asyncpg's InternalClientError ("cannot switch to state …") from a connection the
+# restart cut mid-protocol, which is not an InterfaceError. Long-running loops log these and
+# try again; anything else is a bug and stops the process (I9).
+DB_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+
+
 # --- data errors: "this input", never "this moment" -------------------------------------------
 
 # SQLSTATE classes that mean the data is at fault, not the database's state: data exception

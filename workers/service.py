@@ -68,6 +68,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from tickwheel.clock import ms_to_datetime, now_ms
 from tickwheel.config import Settings
+from tickwheel.db import DB_ERRORS
 from tickwheel.domain import PRIORITIES, RunStatus
 from tickwheel.envelopes import DeadLetter, EnvelopeError, RunEnvelope, UnreadableRun
 from tickwheel.faults import crash_point
@@ -93,6 +94,8 @@ log = logging.getLogger("tickwheel.worker")
 FETCH_POLL_S = 0.05  # seconds one fetch waits for messages
 IDLE_WAIT_S = 0.5  # seconds the dispatcher sleeps when it has nothing to start (or a wake-up)
 LAG_EVERY_S = 1.0  # seconds between per-partition lag reports (cached watermarks: cheap)
+# What a failed result write raises: the database, or the broker refusing a dead letter.
+RECORD_ERRORS: tuple[type[BaseException], ...] = (*DB_ERRORS, PublishError)
 DB_RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0)  # then the process dies (I9)
 RECORD_LINGER_S = 0.005  # after a first result, gather others finishing this long
 
@@ -365,7 +368,7 @@ class Worker:
         wanted = {(d.run, d.env.attempt): Attempted(d.run, d.env.attempt) for d in picked}
         try:
             claims = await self.store.claim(list(wanted.values()))
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        except DB_ERRORS:
             log.exception("claiming %d runs failed; they wait in the queue", len(wanted))
             for d in reversed(picked):
                 self.queues[d.level].appendleft(d)
@@ -395,7 +398,7 @@ class Worker:
         """Deliveries that claimed nothing are done at once; say why in the metrics."""
         try:
             found = await self.store.statuses([d.run for d in unclaimed])
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        except DB_ERRORS:
             found = None  # the reason is only for the metrics; the skip stands
         for d in unclaimed:
             reason = "duplicate"
@@ -511,7 +514,7 @@ class Worker:
                     batch.append(self.results.get_nowait())
             try:
                 await self._settle(batch)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, PublishError):
+            except RECORD_ERRORS:
                 if failures >= len(DB_RETRY_BACKOFF_S):
                     raise
                 log.exception("recording %d results failed; retrying", len(batch))
@@ -599,7 +602,7 @@ class Worker:
             held = [Attempted(run, attempt) for run, attempt in list(self.leased.items())]
             try:
                 await self.store.heartbeat(held)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except DB_ERRORS:
                 # The next beat tries again; a lease that lapses meanwhile fences our write.
                 log.warning("heartbeat of %d runs failed", len(held), exc_info=True)
 

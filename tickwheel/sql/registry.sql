@@ -121,3 +121,13 @@ SELECT k.tenant FROM api_keys k WHERE k.key_hash = $1 AND k.revoked_at IS NULL
 
 -- tenants_existing --
 SELECT name FROM tenants WHERE name = ANY($1::text[])
+
+-- api_keys_active_by_prefix --
+-- The active keys a printed prefix names (`tickwheel tenant revoke-key`).
+SELECT key_hash, prefix, tenant FROM api_keys WHERE prefix = $1 AND revoked_at IS NULL
+
+-- api_key_revoke --
+-- Revoke one key by its hash; returns it when it was active.
+UPDATE api_keys SET revoked_at = now()
+WHERE key_hash = $1 AND revoked_at IS NULL
+RETURNING prefix, tenant

@@ -104,7 +104,7 @@ class Kafka:
         if not (data / "meta.properties").is_file():
             # A KRaft log directory must be formatted once with a cluster id (22 chars of
             # URL-safe base64, like `kafka-storage random-uuid`).
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = new_cluster_id()
             out = subprocess.run(
                 [
                     find_java(),
@@ -129,6 +129,16 @@ class Kafka:
                     + (out.stderr or out.stdout).strip().splitlines()[-1]
                 )
         return props
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 22 characters of URL-safe base64 of a random UUID, never starting
+    with '-' (the storage tool would read it as an option and refuse to format; Kafka's own
+    `Uuid.randomUuid` draws again for the same reason)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def probe_kafka(bootstrap: str, round_trip_topic: str | None = None) -> str | None:

@@ -1,0 +1,116 @@
+"""Run envelopes fuzzed with hypothesis and delivered to a real worker: every message that is
+not a valid envelope is dead-lettered with a reason and its bytes, nothing but the one real run
+is executed, and the worker keeps going (it exits 0 at the end of each example)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from tickwheel import handler
+from tickwheel.envelopes import EnvelopeError, RunEnvelope, UnreadableRun
+from tickwheel.stack import Addresses
+from tickwheel.testing import produce
+from tickwheel.topics import Topics
+from tickwheel.workers.handlers import Context
+
+from .test_workers import (
+    RunSpec,
+    create_runs,
+    drain_values,
+    publish,
+    running_worker,
+    statuses_are,
+    wait_for,
+    worker_settings,
+)
+
+pytestmark = pytest.mark.integration
+
+executed_keys: list[str] = []
+MESSAGES_PER_EXAMPLE = 20
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@handler("fuzz.record")
+async def record(ctx: Context, _payload: Any) -> None:
+    executed_keys.append(ctx.run_key)
+
+
+def _mutations(valid: dict[str, Any]) -> st.SearchStrategy[bytes]:
+    """A valid envelope with one field replaced, removed or added, or bytes that are not one."""
+    fields = sorted(valid)
+    replaced = st.tuples(st.sampled_from(fields), json_values).map(
+        lambda fv: orjson.dumps({**valid, fv[0]: fv[1]})
+    )
+    removed = st.sampled_from(fields).map(
+        lambda f: orjson.dumps({k: v for k, v in valid.items() if k != f})
+    )
+    added = st.tuples(st.text(min_size=1, max_size=10), json_values).map(
+        lambda kv: orjson.dumps({**valid, kv[0]: kv[1]})
+    )
+    return st.one_of(
+        replaced, removed, added, st.binary(max_size=64), json_values.map(orjson.dumps)
+    )
+
+
+@settings(
+    max_examples=4,
+    # No shrinking: each example runs a worker on the real stack; a failure is reported as drawn.
+    phases=[Phase.generate],
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_fuzzed_envelopes_are_dead_lettered_never_executed(
+    data: st.DataObject, stack: Addresses, db_dsn: str, topics: Topics
+) -> None:
+    """malformed or forged envelopes next to a real run: the real run succeeds once, each bad
+    message is on the DLQ with its bytes and a reason, no fuzzed envelope is executed"""
+    tenant = f"f{uuid.uuid4().hex[:10]}"
+    real = RunSpec("real", handler="fuzz.record")
+    valid = orjson.loads(RunSpec("ghost", handler="fuzz.record").envelope(tenant).encode())
+    messages = data.draw(st.lists(_mutations(valid), min_size=1, max_size=MESSAGES_PER_EXAMPLE))
+    unreadable = []
+    for raw in messages:
+        try:
+            RunEnvelope.decode(raw)
+        except EnvelopeError:
+            unreadable.append(raw)
+    executed_keys.clear()
+
+    async def all_dead_lettered() -> bool:
+        # Messages land on several partitions: the real run may finish before the worker has
+        # read every bad one, so wait for the letters themselves before stopping the worker.
+        values = await asyncio.to_thread(drain_values, stack.kafka, topics.dlq, 0)
+        found = {UnreadableRun.decode(v).original for v in values if b'"kind"' in v}
+        return all(raw in found for raw in unreadable)
+
+    async def scenario() -> list[bytes]:
+        await create_runs(db_dsn, tenant, [real])
+        produce(stack.kafka, topics.runs("normal"), [(None, m) for m in messages])
+        publish(stack.kafka, topics, tenant, [real])
+        async with running_worker(worker_settings(stack, db_dsn, topics)):
+            await wait_for(lambda: statuses_are(db_dsn, tenant, "succeeded", 1), 30, "real run")
+            await wait_for(all_dead_lettered, 30, "every bad message dead-lettered")
+        return drain_values(stack.kafka, topics.dlq, expect=len(unreadable))
+
+    letters = asyncio.run(scenario())
+    assert executed_keys == [real.envelope(tenant).run_key]
+    dead = {u.original: u for u in (UnreadableRun.decode(v) for v in letters if b'"kind"' in v)}
+    for raw in unreadable:
+        assert raw in dead, f"not dead-lettered: {raw!r}"
+        assert dead[raw].error, "dead-lettered without a reason"

@@ -1,0 +1,147 @@
+"""The chaos checker on crafted ledgers: each verdict counted exactly as defined."""
+
+from __future__ import annotations
+
+import pytest
+
+from tickwheel.chaos.checker import (
+    Envelope,
+    Execution,
+    FaultEvent,
+    Ledger,
+    RunRow,
+    check_round,
+    failover_gap_s,
+    percentiles,
+    summarize,
+)
+
+pytestmark = pytest.mark.unit
+
+T = 1_000_000
+
+
+def _row(job: str, ms: int, status: str = "succeeded", attempt: int = 1, **kw: object) -> RunRow:
+    values: dict[str, object] = {"shard_id": 0, "published_ms": ms + 5, "started_ms": ms + 10}
+    values.update(kw)
+    return RunRow("t", job, ms, status=status, attempt=attempt, **values)  # type: ignore[arg-type]
+
+
+def _start(key: str, attempt: int = 1, worker: str = "w1") -> Execution:
+    return Execution(key, attempt, worker, done=False)
+
+
+def test_clean_round_has_no_findings() -> None:
+    """every expected occurrence succeeded once, on time: all verdicts zero"""
+    rows = [_row("a", T), _row("a", T + 1000)]
+    ledger = Ledger(frozenset(r.key for r in rows), rows, [_start(r.key) for r in rows])
+    result = check_round(ledger)
+    assert (result.lost, result.duplicate_successes, result.early) == (0, 0, 0)
+    assert result.duplicate_execution_rate == 0.0
+    assert result.lateness_ms["max"] == 10
+
+
+def test_missing_row_and_non_terminal_row_are_lost() -> None:
+    """an expected occurrence without a row, or stuck in published/running, is lost"""
+    rows = [_row("a", T, status="published"), _row("b", T, status="skipped")]
+    expected = frozenset({rows[0].key, rows[1].key, "t/c@1000000"})
+    result = check_round(Ledger(expected, rows, []))
+    assert result.lost == 2
+    assert result.lost_sample == ["t/a@1000000", "t/c@1000000"]
+
+
+def test_retry_after_a_crash_is_a_duplicate_execution_not_a_duplicate_success() -> None:
+    """attempt 1 died with its worker, attempt 2 succeeded: rate 1/1, no duplicate success"""
+    row = _row("a", T, attempt=2)
+    ledger = Ledger(frozenset({row.key}), [row], [_start(row.key, 1), _start(row.key, 2)])
+    result = check_round(ledger)
+    assert result.duplicate_successes == 0
+    assert result.duplicate_execution_rate == 1.0
+
+
+def test_execution_after_the_recorded_success_is_a_duplicate_success() -> None:
+    """a run executed again at an attempt later than the one that succeeded"""
+    row = _row("a", T, attempt=1)
+    ledger = Ledger(frozenset({row.key}), [row], [_start(row.key, 1), _start(row.key, 2)])
+    assert check_round(ledger).duplicate_successes == 1
+
+
+def test_two_claims_of_the_succeeding_attempt_are_a_duplicate_success() -> None:
+    """the same attempt executed by two workers: the claim fence failed"""
+    row = _row("a", T)
+    executions = [_start(row.key, 1, "w1"), _start(row.key, 1, "w2")]
+    assert check_round(Ledger(frozenset({row.key}), [row], executions)).duplicate_successes == 1
+
+
+def test_early_publication_or_start_is_counted() -> None:
+    """published or started before the scheduled instant by the database clock"""
+    rows = [
+        _row("a", T, published_ms=T - 1),
+        _row("b", T, started_ms=T - 1),
+        _row("c", T, published_ms=T, started_ms=T),
+    ]
+    assert check_round(Ledger(frozenset(), rows, [])).early == 2
+
+
+def test_failover_gap_spans_the_fault_on_affected_shards_only() -> None:
+    """last dispatch before → first after, the longest over the shards named"""
+    rows = [
+        _row("a", T, shard_id=1, published_ms=T),
+        _row("a", T + 1000, shard_id=1, published_ms=T + 4500),
+        _row("b", T, shard_id=2, published_ms=T),
+        _row("b", T + 1000, shard_id=2, published_ms=T + 9000),
+    ]
+    fault = FaultEvent("leader_kill", T + 100, frozenset({1}))
+    assert failover_gap_s(fault, rows) == 4.5
+    assert failover_gap_s(FaultEvent("pg_restart", T + 100), rows) == 9.0
+    assert failover_gap_s(FaultEvent("x", T + 100_000), rows) is None
+
+
+def test_percentiles_by_nearest_rank() -> None:
+    """p50 of 1..100 is 50, p99 is 99, max is 100; empty gives zeros"""
+    assert percentiles(range(1, 101)) == {"p50": 50, "p95": 95, "p99": 99, "max": 100}
+    assert percentiles([]) == {"p50": 0, "p95": 0, "p99": 0, "max": 0}
+
+
+def test_summary_totals_rounds() -> None:
+    """the report's keys add the rounds up; the rate is over all executed occurrences"""
+    one = check_round(Ledger(frozenset({"t/x@1"}), [], [_start("t/a@1"), _start("t/a@1", 2)]))
+    rounds = [
+        {"round": 1, "fault": "leader_kill", "phase": "burst", "result": one.as_dict()},
+        {"round": 2, "fault": "leader_kill", "phase": "steady", "result": one.as_dict()},
+    ]
+    report = summarize(rounds)
+    assert report["rounds"] == 2
+    assert report["faults"] == {"leader_kill": 2}
+    assert report["lost"] == 2
+    assert report["duplicate_execution_rate"] == 1.0
+    assert report["failover_gap_max_s"] is None
+
+
+def test_envelope_produced_before_its_instant_is_early() -> None:
+    """an envelope on a run topic whose Kafka timestamp precedes the scheduled instant"""
+    envelopes = [Envelope("t/a@1000", 1000, 1, 999), Envelope("t/b@1000", 1000, 1, 1000)]
+    result = check_round(Ledger(frozenset(), [], [], envelopes=envelopes))
+    assert (result.early, result.early_envelopes, result.envelopes) == (1, 1, 2)
+
+
+def test_failover_gap_counts_envelopes_of_rows_without_published_at() -> None:
+    """a dispatch seen only on the run topic (the row was claimed before it was marked
+    published) still ends the gap"""
+    rows = [
+        _row("a", T, shard_id=1, published_ms=T),
+        _row("a", T + 1000, shard_id=1, published_ms=None),
+    ]
+    envelopes = [Envelope("t/a@1001000", T + 1000, 1, T + 1200)]
+    fault = FaultEvent("kafka_restart", T + 100)
+    assert failover_gap_s(fault, rows) is None
+    assert failover_gap_s(fault, rows, envelopes) == 1.2
+
+
+def test_failover_gap_is_the_longest_silence_after_the_fault_until_the_load_ends() -> None:
+    """a broker that keeps serving a moment after the fault instant: the outage that follows
+    is the gap, and a pause after the steady load ended is not counted"""
+    instants = [T, T + 1000, T + 1500, T + 9500, T + 10_000, T + 30_000]
+    rows = [_row("a", t, shard_id=1, published_ms=t) for t in instants]
+    fault = FaultEvent("kafka_restart", T + 900, until_ms=T + 20_000)
+    assert failover_gap_s(fault, rows) == 8.0
