@@ -322,11 +322,15 @@ class RegistrationIntake:
                 prepared.rejected.append(_Rejected(msg, f"could not be validated: {exc!r}"))
         # Still on this thread, overlapping the previous batch's transaction: fold the ops as
         # if their jobs were new, so a batch of new jobs skips the fold inside its transaction.
-        # A plan that cannot be made is no error here: the transaction folds as before.
+        # A plan that cannot be made costs only the optimisation: the transaction folds the
+        # same ops as before (and deals with any op at fault there), so the batch goes on; the
+        # failure is still logged with its traceback, since the plan is the same fold.
         try:
             prepared.plan = self.store.plan_new(prepared.ops, now)
         except Exception:
-            log.debug("no new-jobs plan for this batch", exc_info=True)
+            log.warning(
+                "no new-jobs plan for this batch; folding in the transaction", exc_info=True
+            )
 
     async def _known_tenants(self, names: set[str]) -> set[str]:
         """Tenants that exist, from a process-lifetime cache of positive answers (tenants are

@@ -23,6 +23,7 @@ from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings
 from tickwheel.config import Settings
 
 if TYPE_CHECKING:
+    from tickwheel.bench.analysis import BurstSummary
     from tickwheel.bench.baseline import BaselineResult
     from tickwheel.bench.burst import BurstConfig, BurstResult
 
@@ -163,6 +164,29 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         fail(f"benchmark stopped: {type(exc).__name__}: {exc}")
 
 
+async def _burst(s: Settings, cfg: BurstConfig) -> BurstResult:
+    """One measured burst by the real processes, on a scratch database and topics."""
+    from tickwheel.bench.burst import run_burst
+    from tickwheel.bench.scratch import scratch
+
+    async with scratch(
+        s.effective_dsn, s.effective_kafka, s.effective_zk, shards=cfg.shards,
+        partitions=cfg.partitions,
+    ) as res:  # fmt: skip
+        return await run_burst(res, cfg, lambda line: click.echo(line, err=True))
+
+
+def _summary(result: BurstResult) -> tuple[BurstSummary, dict[str, Any]]:
+    """The burst's figures, and the run's metadata (command line, T0, process settings)."""
+    from tickwheel.bench.analysis import summarize
+    from tickwheel.clock import format_ms
+
+    summary = summarize(
+        result.expected, result.rows, result.deliveries, result.t0_ms, result.first_append
+    )
+    return summary, {"command": _command_line(), "t0": format_ms(result.t0_ms), **result.meta()}
+
+
 async def _baseline(s: Settings, cfg: BurstConfig, jobs: int) -> BaselineResult:
     """The naive pollers on the same jobs, in a scratch database of their own."""
     from tickwheel.bench import load
@@ -228,11 +252,7 @@ def hot_second(
     log_dir: Path | None,
 ) -> None:
     """N one-off jobs due in the same second: how fast are they claimed, published, run?"""
-    from tickwheel.bench.analysis import summarize
-    from tickwheel.bench.burst import run_burst
     from tickwheel.bench.report import burst_json, burst_table, plot
-    from tickwheel.bench.scratch import scratch
-    from tickwheel.clock import format_ms
 
     s = settings()
     cfg = _burst_config(
@@ -246,17 +266,10 @@ def hot_second(
             if baseline
             else None
         )
-        async with scratch(
-            s.effective_dsn, s.effective_kafka, s.effective_zk, shards=cfg.shards,
-            partitions=cfg.partitions,
-        ) as res:  # fmt: skip
-            return await run_burst(res, cfg, lambda line: click.echo(line, err=True)), base
+        return await _burst(s, cfg), base
 
     result, base = _run(go())
-    summary = summarize(
-        result.expected, result.rows, result.deliveries, result.t0_ms, result.first_append
-    )
-    meta = {"command": _command_line(), "t0": format_ms(result.t0_ms), **result.meta()}
+    summary, meta = _summary(result)
     out = burst_json(summary, base.to_json() if base else None, meta)
     click.echo(burst_table(out))
     _write_json(json_path, out)
@@ -296,11 +309,8 @@ def steady(
 ) -> None:
     """RATE runs per second for DURATION seconds (one-offs registered ahead, due evenly):
     publish and start lateness against each run's scheduled instant."""
-    from tickwheel.bench.analysis import lateness, summarize
-    from tickwheel.bench.burst import run_burst
+    from tickwheel.bench.analysis import lateness
     from tickwheel.bench.report import burst_json, lateness_json, lateness_table, plot
-    from tickwheel.bench.scratch import scratch
-    from tickwheel.clock import format_ms
 
     s = settings()
     cfg = _burst_config(
@@ -308,19 +318,9 @@ def steady(
         handler_text, registration, partitions, lead_s, log_dir,
     )  # fmt: skip
 
-    async def go() -> BurstResult:
-        async with scratch(
-            s.effective_dsn, s.effective_kafka, s.effective_zk, shards=cfg.shards,
-            partitions=cfg.partitions,
-        ) as res:  # fmt: skip
-            return await run_burst(res, cfg, lambda line: click.echo(line, err=True))
-
-    result = _run(go())
-    summary = summarize(
-        result.expected, result.rows, result.deliveries, result.t0_ms, result.first_append
-    )
+    result = _run(_burst(s, cfg))
+    summary, meta = _summary(result)
     late = lateness(result.expected, result.rows, result.first_append)
-    meta = {"command": _command_line(), "t0": format_ms(result.t0_ms), **result.meta()}
     out = {
         "rate_per_s": rate,
         "duration_s": duration,
