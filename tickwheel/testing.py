@@ -127,27 +127,36 @@ def produce(
         raise TimeoutError(f"messages to {topic} not acknowledged within 30 s")
 
 
-def drain(
-    kafka: str, topic: str, *, expect: int = 0, idle_s: float = 0.5, timeout_s: float = 30.0
-) -> list[Message]:
-    """Every message of `topic` (all partitions, from the beginning) once at least `expect`
-    arrived and none came for `idle_s` after the assignment; errors are skipped. A fresh group
-    each time, committing nothing."""
+def drain(kafka: str, topic: str, *, expect: int = 0, timeout_s: float = 30.0) -> list[Message]:
+    """Every message of `topic` (all partitions, from the beginning) up to the end offsets it
+    had when the read was assigned, and at least `expect` of them (later ones included when
+    needed to reach it); errors are skipped. A fresh group each time, committing nothing.
+
+    "Quiet for a while" is no end condition: a fresh group's first fetch can take longer
+    than any quiet period on a busy machine, and the read would end before it began."""
     cons = consumer(kafka, f"drain-{uuid.uuid4()}", **{"enable.auto.commit": False})
     cons.subscribe([topic])
     got: list[Message] = []
+    ends: dict[int, int] | None = None  # partition -> end offset when assigned
+    seen: dict[int, int] = {}  # partition -> next offset to read
     deadline = time.monotonic() + timeout_s
-    last = time.monotonic()
     try:
         while time.monotonic() < deadline:
             msg = cons.poll(0.2)
-            if msg is None:
-                if cons.assignment() and len(got) >= expect and time.monotonic() - last > idle_s:
-                    break
-                continue
-            last = time.monotonic()
-            if not msg.error():
+            if msg is not None and not msg.error():
                 got.append(msg)
+                seen[msg.partition() or 0] = (msg.offset() or 0) + 1
+            if ends is None and cons.assignment():
+                ends = {
+                    tp.partition: cons.get_watermark_offsets(tp, timeout=10)[1]
+                    for tp in cons.assignment()
+                }
+            if (
+                ends is not None
+                and len(got) >= expect
+                and all(seen.get(p, 0) >= end for p, end in ends.items())
+            ):
+                break
     finally:
         cons.close()
     return got

@@ -283,12 +283,12 @@ async def wait_for(
 
 
 def consume_runs(
-    kafka: str, topic: str, idle_s: float = 1.0, timeout_s: float = 20.0
+    kafka: str, topic: str, timeout_s: float = 20.0
 ) -> list[tuple[RunEnvelope, dict[str, bytes]]]:
     """Every run envelope on `topic` so far (with headers), read from the beginning."""
     return [
         (RunEnvelope.decode(msg.value() or b""), dict(msg.headers() or []))
-        for msg in drain(kafka, topic, idle_s=idle_s, timeout_s=timeout_s)
+        for msg in drain(kafka, topic, timeout_s=timeout_s)
     ]
 
 

@@ -264,7 +264,7 @@ async def test_sweeper_republishes_a_run_whose_publish_was_lost(
     assert await asyncio.get_running_loop().run_in_executor(None, crashing.wait, 30) == 86
     row = await _run_row(sched, "once")
     assert row["status"] == "pending" and row["published_ms"] is None
-    before = consume_runs(sched.stack.kafka, sched.topics.runs("normal"), idle_s=2)
+    before = consume_runs(sched.stack.kafka, sched.topics.runs("normal"))
     assert len(before) == (1 if fault == "scheduler.after_publish" else 0)
     async with running_scheduler(sched, "survivor"):
         await wait_for(
