@@ -23,27 +23,34 @@ database's clock, `dbclock.py`), in batches of `claim_batch` without sleeping in
        policy needs them, then `claim_due`: one UPDATE of `jobs` matching each expected
        `next_run_at` (I3) and one INSERT of the run rows (ON CONFLICT DO NOTHING), pending rows
        with a publish lease; commit;
-    3. publish the envelopes of the pending rows and wait for the broker's acks (I1);
-    4. one fenced UPDATE marks the acknowledged runs published (`published_at`).
+    3. publish the envelopes of the pending rows and wait for the broker's acks (I1); runs
+       the broker refused are kept and published again at the next sweep, same attempt.
+    The row is not written again after the ack: a worker's claim records `published_at` from
+    the record's timestamp (a per-run mark cost a third of Postgres's time in a hot second,
+    docs/DECISIONS.md).
 
 Why a crash at any step loses nothing and runs nothing twice in effect:
     - before 2 commits: nothing was written; the job's `next_run_at` is unchanged, so the next
       leader (or this one after a restart) loads it as due and claims it, late, under the
       job's misfire policy;
     - after 2, before 3 (crash point `scheduler.after_claim`): the pending rows are the outbox;
-      their publish lease lapses and the sweeper of whoever leads the shard publishes them
-      with the same attempt;
-    - after 3, before 4 (crash point `scheduler.after_publish`): the runs are on Kafka and
-      still `pending`; the sweeper publishes them once more when the lease lapses, and the
-      worker's claim `WHERE attempt = … AND status IN ('pending', 'published')` lets only one
-      delivery run (I4);
+      the next leader of the shard adopts them at its takeover (`outbox_adopt`: pending rows
+      of an earlier epoch) and publishes them with the same attempt;
+    - after 3 (crash point `scheduler.after_publish`): the runs are on Kafka and still
+      `pending`; the next leader adopts and publishes them once more, and the worker's claim
+      `WHERE attempt = … AND status IN ('pending', 'published')` lets only one delivery run
+      (I4);
     - the claim is keyed by the run key and matches the expected `next_run_at`, so repeating
       it never creates a second row for one occurrence.
 
 The sweeper (every `sweep_interval_ms`, fenced like the claim) publishes again what lapsed:
-(a) pending/published runs whose publish lease lapsed, same attempt; (b) running runs whose
-worker lease lapsed: the next attempt, or `dead` plus a dead letter on the last one (the DLQ
-publish is acknowledged before that transaction commits, so a crash repeats it rather than
+(a) the runs the broker refused earlier (kept in memory), the earlier epochs' pending runs
+until none is left when the previous leader did not step down cleanly (adoption, from the
+takeover on; a clean step-down clears the owner only with every publish acknowledged), and,
+as a safety net, pending runs of this epoch still not started when their publish lease
+(default 5 minutes) lapsed; (b) running
+runs whose worker lease lapsed: the next attempt, or `dead` plus a dead letter on the last one
+(the DLQ publish is acknowledged before that transaction commits, so a crash repeats it rather than
 losing it); (c) loads `retrying` runs into the wheel by `retry_at`, claimed when due with
 `retries_claim` (I6) — triggers and backfills are such runs at attempt 0, whose first claim
 applies the job's overlap policy (`plan_first_dispatch`: run, hold as the buffered run, or
@@ -158,6 +165,8 @@ class ShardLeader:
         self._last_housekeeping: float | None = None  # time.monotonic() of the last run
         self._last_gc: float | None = None  # time.monotonic() of the last retention run
         self.feed_since: str | None = None  # feed position read at takeover
+        self._unacked: list[Dispatch] = []  # committed runs the broker refused: publish again
+        self._adopting = False  # pending rows of an unclean predecessor remain (takeover)
 
     # --- control, from the election (same event loop) -------------------------------------
 
@@ -192,6 +201,7 @@ class ShardLeader:
         try:
             async with self.s.pool.acquire() as conn:
                 self.lease = await store.take_over(conn, self.shard, self.s.owner)
+                self._adopting = self.lease.adopt
                 await self.s.clock.sync(conn)
                 self.wheel = TimingWheel(WHEEL_TICK_MS, WHEEL_SIZE, self.s.clock.now_ms())
                 self.feed_since = await conn.fetchval(QUERIES["feed_position"])
@@ -228,6 +238,7 @@ class ShardLeader:
         finally:
             self.wheel = TimingWheel(WHEEL_TICK_MS, WHEEL_SIZE, 0)
             self.known.clear()
+            self._unacked.clear()  # their rows stay pending: the next leader adopts them
             self.s.metrics.wheel_size.labels(str(self.shard)).set(0)
 
     async def _loop(self) -> None:
@@ -421,12 +432,15 @@ class ShardLeader:
         await self._publish(runs, "retry")
 
     async def _publish(self, runs: Sequence[Dispatch], kind: str) -> None:
-        """Publish committed runs; mark the acknowledged ones published (fenced)."""
+        """Publish committed runs; keep the ones the broker refused for the next sweep."""
         if not runs:
             return
         assert self.lease is not None
         acked = await self.s.outbox.publish(runs, self.lease.epoch)
         crash_point("scheduler.after_publish")
+        if len(acked) < len(runs):
+            done = {id(r) for r in acked}
+            self._unacked.extend(r for r in runs if id(r) not in done)
         if not acked:
             return
         acked_at = self.s.clock.now_ms()
@@ -434,12 +448,6 @@ class ShardLeader:
         m.published.labels(kind).inc(len(acked))
         if kind == "first":
             observe_many(m.dispatch_lag, [max(0, acked_at - r.scheduled_ms) / 1000 for r in acked])
-        try:
-            async with self.s.pool.acquire() as conn, store.fenced(conn, self.lease):
-                await store.mark_published(conn, acked)
-        except store.DB_ERRORS:
-            # Harmless: the runs are on Kafka; at worst the sweeper publishes them once more.
-            log.warning("could not mark runs published", extra={"shard": self.shard}, exc_info=True)
 
     # --- the sweeper ----------------------------------------------------------------------
 
@@ -449,6 +457,10 @@ class ShardLeader:
         async with self.s.pool.acquire() as conn:
             await self._schedule_retries(conn)
             async with store.fenced(conn, self.lease):
+                adopted: list[Dispatch] = []
+                if self._adopting:
+                    adopted = await store.adopt(conn, self.lease, lease_ms)
+                    self._adopting = len(adopted) >= store.SWEEP_LIMIT
                 again = await store.sweep_republish(conn, self.lease, lease_ms)
                 requeued = await store.sweep_requeue_running(conn, self.lease, lease_ms)
             async with store.fenced(conn, self.lease):
@@ -484,11 +496,14 @@ class ShardLeader:
                     cast(asyncpg.Connection, conn), retention_days=self.s.config.retention_days
                 )
                 log.info("retention applied", extra={"gc": report.to_json()})
-        if again or requeued or dead or released:
+        unacked, self._unacked = self._unacked, []  # a refusal again puts them back
+        if unacked or adopted or again or requeued or dead or released:
             log.info(
                 "sweep",
                 extra={
                     "shard": self.shard,
+                    "unacked": len(unacked),
+                    "adopted": len(adopted),
                     "republished": len(again),
                     "requeued": len(requeued),
                     "dead": len(dead),
@@ -496,6 +511,8 @@ class ShardLeader:
                 },
             )
         self.s.metrics.dead.inc(len(dead))
+        await self._publish(unacked, "unacked")
+        await self._publish(adopted, "adopted")
         await self._publish(again, "republish")
         await self._publish(requeued, "requeue")
         await self._publish(released, "buffered")
@@ -514,6 +531,15 @@ class ShardLeader:
 
     async def _step_down(self) -> None:
         if self.lease is None:
+            return
+        if self._unacked:
+            # Runs the broker refused are still to publish: leave the owner set, so that the
+            # next leader adopts them at its takeover.
+            log.warning(
+                "stepping down with unacknowledged runs; the next leader adopts them",
+                extra={"shard": self.shard, "runs": len(self._unacked)},
+            )
+            self.s.metrics.leadership.labels("released").inc()
             return
         try:
             async with self.s.pool.acquire() as conn:

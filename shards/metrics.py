@@ -32,7 +32,7 @@ class SchedulerMetrics:
         self.published = Counter(
             "tickwheel_scheduler_published_runs_total",
             "Run envelopes acknowledged by the broker",
-            ["kind"],  # first | republish | requeue | retry | buffered
+            ["kind"],  # first | retry | unacked | adopted | republish | requeue | buffered
             registry=r,
         )
         self.skipped = Counter(

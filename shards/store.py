@@ -46,6 +46,9 @@ class Lease:
     shard: int
     epoch: int
     owner: str
+    # The previous leader did not step down cleanly (it died, was fenced out or lost its
+    # session): its pending runs may never have been published, so they are adopted.
+    adopt: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +119,9 @@ def _dispatch(row: asyncpg.Record, attempt: int | None = None) -> Dispatch:
 
 async def take_over(conn: Conn, shard: int, owner: str) -> Lease:
     """Bump the shard's epoch and write us as its owner (the takeover, I2)."""
-    epoch: int = await conn.fetchval(QUERIES["shard_take_over"], shard, owner)
-    return Lease(shard, epoch, owner)
+    row = await conn.fetchrow(QUERIES["shard_take_over"], shard, owner)
+    assert row is not None  # an upsert always returns its row
+    return Lease(shard, row["epoch"], owner, adopt=row["previous_owner"] is not None)
 
 
 async def step_down(conn: Conn, lease: Lease) -> None:
@@ -222,15 +226,12 @@ async def claim(conn: Conn, lease: Lease, lease_ms: int, batch: ClaimBatch) -> C
     return Claimed(set(jobs), runs)
 
 
-async def mark_published(conn: Conn, runs: Sequence[Dispatch]) -> None:
-    """After the broker's acks (inside `fenced`): published_at, and pending → published."""
-    await conn.execute(
-        QUERIES["runs_mark_published"],
-        [r.tenant for r in runs],
-        [r.job_id for r in runs],
-        [r.scheduled_ms for r in runs],
-        [r.attempt for r in runs],
+async def adopt(conn: Conn, lease: Lease, lease_ms: int) -> list[Dispatch]:
+    """Pending runs an earlier epoch dispatched (inside `fenced`): ours now, to publish."""
+    rows = await conn.fetch(
+        QUERIES["outbox_adopt"], lease.shard, lease.epoch, lease_ms, SWEEP_LIMIT
     )
+    return [_dispatch(r) for r in rows]
 
 
 async def sweep_republish(conn: Conn, lease: Lease, lease_ms: int) -> list[Dispatch]:

@@ -87,10 +87,11 @@ class Settings(BaseSettings):
         "[2, 20] x its tickTime)",
     )
     publish_lease_s: int = Field(
-        30,
+        300,
         ge=1,
-        description="how long a claimed run may stay unpublished or unstarted before the "
-        "sweeper re-publishes it, seconds",
+        description="safety net: how long a dispatched run may stay unstarted before its "
+        "leader publishes it again, seconds (a refused publish is retried at the next sweep, "
+        "and a new leader adopts its predecessors' pending runs at once)",
     )
     claim_batch: int = Field(
         5000, ge=1, le=100_000, description="due entries claimed per database transaction"

@@ -14,11 +14,12 @@ the registry (trigger and backfill requests) the one marked R:
     (due)       pending     L   overlap buffer_one: held WITHOUT a lease and not published; the
                                 sweeper gives it a lease and publishes it once the job has no
                                 other run in flight
-    pending     published   L   the broker acknowledged the envelope (`published_at`)
-    pending,    pending     L   the publish lease lapsed before a worker started it: re-published,
-    published                   same attempt, new lease (the sweeper)
-    pending,    running     W   a worker's claim, WHERE attempt = the envelope's attempt (I4)
-    published
+    pending     pending     L   a publish the broker refused: published again at the next sweep;
+                                a new leader's takeover: an earlier epoch's pending runs are
+                                adopted and published again; the safety net: not started when
+                                the publish lease (5 min) lapsed. Same attempt each time
+    pending,    running     W   a worker's claim, WHERE attempt = the envelope's attempt (I4); it
+    published                   records `published_at` from the delivery's record timestamp
     running     succeeded   W   the handler returned
     running     retrying    W   a retryable failure while attempt < max_attempts (`retry_at`)
     running     dead        W   PermanentError, or a failure with the attempts spent (then DLQ)
@@ -31,6 +32,10 @@ the registry (trigger and backfill requests) the one marked R:
     retrying    skipped     L   … attempt 0 only: overlap `skip` while the job has a run in flight
     retrying    pending     L   … attempt 0 only: overlap `buffer_one`, held without a lease
 
+- `published` is still a valid status, written by releases before issue 14 (the leader marked
+  each acknowledged run; that second write of every run cost a third of Postgres's time in a
+  hot second, docs/DECISIONS.md). A run now stays `pending` until a worker claims it, and its
+  `published_at` is the instant the leader produced its envelope.
 - `attempt` counts dispatches: the first dispatch is attempt 1. Every envelope carries the
   attempt it dispatches; a worker claims a run only `WHERE attempt = <envelope attempt> AND
   status IN ('pending', 'published')` (I4), and writes its result only `WHERE attempt =

@@ -64,7 +64,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import asyncpg
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from tickwheel.clock import ms_to_datetime, now_ms
 from tickwheel.config import Settings
@@ -118,6 +124,7 @@ class Delivery:
     generation: int
     level: str
     env: RunEnvelope
+    published_ms: int | None  # the record's timestamp: when the leader produced it
 
     @property
     def run(self) -> RunId:
@@ -233,8 +240,16 @@ class Worker:
                     log.exception("decoding a run envelope raised %s", type(exc).__name__)
                     reason = f"could not be decoded: {exc!r}"
                 else:
+                    kind, stamp = msg.timestamp()
                     self.queues[self.level_of[tp[0]]].append(
-                        Delivery(tp, offset, generation, self.level_of[tp[0]], env)
+                        Delivery(
+                            tp,
+                            offset,
+                            generation,
+                            self.level_of[tp[0]],
+                            env,
+                            stamp if kind != TIMESTAMP_NOT_AVAILABLE and stamp > 0 else None,
+                        )
                     )
                     continue
                 log.warning("unreadable run message %s[%d]@%d: %s", *tp, offset, reason)
@@ -365,7 +380,9 @@ class Worker:
     async def _claim_and_start(self, picked: list[Delivery]) -> None:
         # Two deliveries of one run may carry different attempts (a stale one and its
         # re-dispatch): both are asked for, at most one can match the row.
-        wanted = {(d.run, d.env.attempt): Attempted(d.run, d.env.attempt) for d in picked}
+        wanted = {
+            (d.run, d.env.attempt): Attempted(d.run, d.env.attempt, d.published_ms) for d in picked
+        }
         try:
             claims = await self.store.claim(list(wanted.values()))
         except DB_ERRORS:

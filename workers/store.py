@@ -11,9 +11,15 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from tickwheel.domain import RunStatus
 from tickwheel.queries import QUERIES
 
 RunId = tuple[str, str, int]  # tenant, job_id, scheduled_at (unix ms)
+
+# The statuses each statement matches, passed as parameters: with literals the planner may
+# scan every run in flight instead of looking the batch up (tickwheel/sql/workers.sql).
+CLAIMABLE = [RunStatus.PENDING.value, RunStatus.PUBLISHED.value]
+RUNNING = RunStatus.RUNNING.value
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class Attempted:
 
     run: RunId
     attempt: int
+    published_ms: int | None = None  # a claim's delivery: its record timestamp
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,12 @@ class RunStore:
         if not items:
             return {}
         rows = await self.pool.fetch(
-            QUERIES["worker_claim"], *_columns(items), self.worker_id, self.lease_ms
+            QUERIES["worker_claim"],
+            *_columns(items),
+            self.worker_id,
+            self.lease_ms,
+            [i.published_ms for i in items],
+            CLAIMABLE,
         )
         return {
             (r["tenant"], r["job_id"], r["scheduled_ms"]): Claim(
@@ -96,7 +108,7 @@ class RunStore:
         if not items:
             return 0
         status: str = await self.pool.execute(
-            QUERIES["worker_heartbeat"], *_columns(items), self.worker_id, self.lease_ms
+            QUERIES["worker_heartbeat"], *_columns(items), self.worker_id, self.lease_ms, RUNNING
         )
         return int(status.rsplit(" ", 1)[-1])
 
@@ -113,5 +125,6 @@ class RunStore:
             [r.status for r in results],
             [r.retry_in_ms for r in results],
             [r.error for r in results],
+            RUNNING,
         )
         return {(r["tenant"], r["job_id"], r["scheduled_ms"]) for r in rows}

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from tickwheel.clock import format_ms, now_ms
-from tickwheel.domain import run_key
-from tickwheel.envelopes import DeadLetter
+from tickwheel.domain import PRIORITIES, run_key
+from tickwheel.envelopes import DeadLetter, RunEnvelope
+from tickwheel.testing import drain
 
 from .conftest import (
     SchedEnv,
@@ -55,13 +56,15 @@ async def test_cron_and_one_off_fire_on_time_on_their_priority_topics(sched: Sch
     instants = [r["ms"] for r in ticks]
     assert instants == sorted(set(instants))  # one row per occurrence
     assert all(b - a == 1000 for a, b in itertools.pairwise(instants))
+    produced = {env.run_key: stamp for env, stamp in _published(sched)}
     for row in runs:
         assert row["created_ms"] >= row["ms"], "claimed before its instant (I8)"
-        assert row["published_ms"] is not None and row["published_ms"] - row["ms"] < 1000, [
-            (r["job_id"], r["ms"] % 100000, r["created_ms"] - r["ms"], r["published_ms"] - r["ms"])
-            for r in runs
+        # Not written again after the broker's ack: the row waits, pending, for a worker.
+        assert row["status"] == "pending" and row["attempt"] == 1
+        produced_ms = produced.get(run_key(sched.tenant, row["job_id"], row["ms"]))
+        assert produced_ms is not None and 0 <= produced_ms - row["ms"] < 1000, [
+            (r["job_id"], r["ms"] % 100000, r["created_ms"] - r["ms"]) for r in runs
         ]
-        assert row["status"] == "published" and row["attempt"] == 1
     once = [r for r in runs if r["job_id"] == "once"]
     assert [r["ms"] for r in once] == [at_ms]
     (status,) = await sched.fetch(
@@ -82,9 +85,31 @@ async def test_cron_and_one_off_fire_on_time_on_their_priority_topics(sched: Sch
     assert high[0][0].payload == {"n": 1}
 
 
+def _published(sched: SchedEnv, job_id: str | None = None) -> list[tuple[RunEnvelope, int]]:
+    """The run envelopes on the priority topics so far (of one job), each with its record
+    timestamp: the instant the leader produced it."""
+    found = []
+    for level in PRIORITIES:
+        for msg in drain(sched.stack.kafka, sched.topics.runs(level)):
+            env = RunEnvelope.decode(msg.value() or b"")
+            if job_id is None or env.job_id == job_id:
+                found.append((env, msg.timestamp()[1]))
+    return found
+
+
 async def _published_count(sched: SchedEnv, job_id: str, n: int) -> bool:
-    rows = await sched.runs(job_id)
-    return sum(1 for r in rows if r["published_ms"] is not None) >= n
+    loop = asyncio.get_running_loop()
+    return len(await loop.run_in_executor(None, _published, sched, job_id)) >= n
+
+
+async def _dispatched(sched: SchedEnv, job_id: str, attempt: int) -> bool:
+    """The job's one run is pending at `attempt` and an envelope of that attempt is out."""
+    row = await _run_row(sched, job_id)
+    if row is None or (row["attempt"], row["status"]) != (attempt, "pending"):
+        return False
+    loop = asyncio.get_running_loop()
+    found = await loop.run_in_executor(None, _published, sched, job_id)
+    return any(env.attempt == attempt for env, _ in found)
 
 
 async def _set_next_run_at(sched: SchedEnv, job_id: str, ms: int) -> None:
@@ -193,7 +218,7 @@ async def test_dst_gap_and_overlap_policies_hold_through_real_claims(sched: Sche
         "shift-both": [half, HOUR_MS + half],
     }
     rows = await sched.runs("shift-first")
-    assert all(r["status"] in ("pending", "published") for r in rows)
+    assert all(r["status"] == "pending" for r in rows)
 
 
 async def test_misfire_policies_skip_run_once_run_all_and_one_span_row(sched: SchedEnv) -> None:
@@ -237,8 +262,8 @@ async def test_misfire_policies_skip_run_once_run_all_and_one_span_row(sched: Sc
 
     rows = await sched.runs()
     assert missed("skip", rows) == [("skipped", "misfire")] * 10
-    assert missed("run_once", rows) == [("published", None)] + [("skipped", "misfire")] * 9
-    assert missed("run_all", rows) == [("published", None)] * 3 + [("skipped", "max_catchup")] * 7
+    assert missed("run_once", rows) == [("pending", None)] + [("skipped", "misfire")] * 9
+    assert missed("run_all", rows) == [("pending", None)] * 3 + [("skipped", "max_catchup")] * 7
     seconds = [r for r in rows if r["job_id"] == "seconds"]
     spans = [r for r in seconds if (r["skip_reason"] or "").startswith("misfire: every")]
     assert len(spans) == 1, "a span of skips must be one summary row"
@@ -252,30 +277,53 @@ async def _run_row(sched: SchedEnv, job_id: str) -> Any:
 
 
 @pytest.mark.parametrize("fault", ["scheduler.after_claim", "scheduler.after_publish"])
-async def test_sweeper_republishes_a_run_whose_publish_was_lost(
+async def test_next_leader_adopts_the_pending_runs_of_a_leader_that_died(
     sched: SchedEnv, fault: str
 ) -> None:
     """a leader that dies after the claim commits (before or after publishing) leaves a pending
-    row; the next leader's sweeper publishes it with the same run key and attempt"""
-    sched.env["TICKWHEEL_PUBLISH_LEASE_S"] = "1"
+    row; the next leader adopts it at its takeover, without waiting for the publish lease, and
+    publishes it with the same run key and attempt"""
+    sched.env["TICKWHEEL_PUBLISH_LEASE_S"] = "3600"
     at_ms = (now_ms() // 1000 + 2) * 1000
     await sched.register({"id": "once", "at": format_ms(at_ms), "handler": "demo.echo"})
     crashing = sched.spawn("crashing", TICKWHEEL_FAULT=fault)
     assert await asyncio.get_running_loop().run_in_executor(None, crashing.wait, 30) == 86
     row = await _run_row(sched, "once")
     assert row["status"] == "pending" and row["published_ms"] is None
-    before = consume_runs(sched.stack.kafka, sched.topics.runs("normal"))
+    before = _published(sched, "once")
     assert len(before) == (1 if fault == "scheduler.after_publish" else 0)
     async with running_scheduler(sched, "survivor"):
         await wait_for(
-            lambda: _published_count(sched, "once", 1), 20, what="the sweeper re-published"
+            lambda: _published_count(sched, "once", len(before) + 1),
+            20,
+            what="the next leader published the run",
         )
     row = await _run_row(sched, "once")
-    assert (row["status"], row["attempt"]) == ("published", 1)
-    found = consume_runs(sched.stack.kafka, sched.topics.runs("normal"))
+    assert (row["status"], row["attempt"]) == ("pending", 1)
+    found = _published(sched, "once")
     assert {env.run_key for env, _ in found} == {run_key(sched.tenant, "once", at_ms)}
     assert all(env.attempt == 1 for env, _ in found)
     assert len(found) == len(before) + 1
+    assert found[-1][0].epoch == row["epoch"], "published under the adopting leader's epoch"
+
+
+async def test_a_run_not_started_within_its_publish_lease_is_published_again(
+    sched: SchedEnv,
+) -> None:
+    """the safety net: a run nobody started within the publish lease (here 1 s: no worker
+    runs) is published again by its own leader, same attempt, once per lease"""
+    sched.env["TICKWHEEL_PUBLISH_LEASE_S"] = "1"
+    at_ms = (now_ms() // 1000 + 1) * 1000
+    async with running_scheduler(sched, "solo"):
+        await sched.register({"id": "once", "at": format_ms(at_ms), "handler": "demo.echo"})
+        await wait_for(
+            lambda: _published_count(sched, "once", 2), 15, what="the run published again"
+        )
+    found = _published(sched, "once")
+    assert {env.attempt for env, _ in found} == {1}
+    assert found[1][1] - found[0][1] >= 1000, "published again before its lease lapsed"
+    row = await _run_row(sched, "once")
+    assert (row["status"], row["attempt"]) == ("pending", 1)
 
 
 async def test_sweeper_redispatches_lapsed_running_runs_and_dead_letters_the_last_attempt(
@@ -299,7 +347,7 @@ async def test_sweeper_redispatches_lapsed_running_runs_and_dead_letters_the_las
             row = await _run_row(sched, "once")
             return bool(row["attempt"] == n and row["status"] == status)
 
-        await wait_for(lambda: attempt_is(2, "published"), 10, what="attempt 2 published")
+        await wait_for(lambda: _dispatched(sched, "once", 2), 10, what="attempt 2 published")
         await sched.fetch(lapse, sched.tenant)
         await wait_for(lambda: attempt_is(2, "dead"), 10, what="the run declared dead")
     (dead,) = await sched.fetch(
@@ -331,11 +379,7 @@ async def test_a_retry_at_with_microseconds_is_dispatched(sched: SchedEnv) -> No
         )
         assert rows[0]["retry_at"].microsecond % 1000 != 0
 
-        async def retried() -> bool:
-            row = await _run_row(sched, "once")
-            return bool(row["attempt"] == 2 and row["status"] == "published")
-
-        await wait_for(retried, 10, what="the retry dispatched")
+        await wait_for(lambda: _dispatched(sched, "once", 2), 10, what="the retry dispatched")
 
 
 async def test_due_retries_go_out_through_the_wheel_as_the_next_attempt(sched: SchedEnv) -> None:
@@ -354,17 +398,10 @@ async def test_due_retries_go_out_through_the_wheel_as_the_next_attempt(sched: S
             retry_ms,
         )
 
-        async def retried() -> bool:
-            row = await _run_row(sched, "once")
-            return bool(row["attempt"] == 2 and row["status"] == "published")
-
-        await wait_for(retried, 10, what="the retry dispatched")
-    row = await _run_row(sched, "once")
-    assert row["published_ms"] >= retry_ms, "a retry went out before its retry_at"
-    attempts = [
-        env.attempt for env, _ in consume_runs(sched.stack.kafka, sched.topics.runs("normal"))
-    ]
-    assert attempts == [1, 2]
+        await wait_for(lambda: _dispatched(sched, "once", 2), 10, what="the retry dispatched")
+    found = _published(sched, "once")
+    assert [env.attempt for env, _ in found] == [1, 2]
+    assert found[1][1] >= retry_ms, "a retry went out before its retry_at"
 
 
 async def test_overlap_skip_and_buffer_one_count_runs_in_flight(sched: SchedEnv) -> None:
@@ -376,14 +413,18 @@ async def test_overlap_skip_and_buffer_one_count_runs_in_flight(sched: SchedEnv)
         )
         await asyncio.sleep(3.2)
         rows = await sched.runs()
+        out = {env.run_key for env, _ in _published(sched)}
         skip = [r for r in rows if r["job_id"] == "skip"]
-        assert skip[0]["status"] == "published"
+        assert skip[0]["status"] == "pending"
+        assert run_key(sched.tenant, "skip", skip[0]["ms"]) in out
         assert [(r["status"], r["skip_reason"]) for r in skip[1:]] == [("skipped", "overlap")] * (
             len(skip) - 1
         )
         buffer = [r for r in rows if r["job_id"] == "buffer"]
-        assert buffer[0]["status"] == "published"
-        assert (buffer[1]["status"], buffer[1]["published_ms"]) == ("pending", None)
+        assert buffer[0]["status"] == "pending"
+        assert run_key(sched.tenant, "buffer", buffer[0]["ms"]) in out
+        assert buffer[1]["status"] == "pending"
+        assert run_key(sched.tenant, "buffer", buffer[1]["ms"]) not in out, "held, yet published"
         assert {r["skip_reason"] for r in buffer[2:]} == {"overlap"}
         held_ms = buffer[1]["ms"]
         await sched.fetch(
@@ -395,10 +436,9 @@ async def test_overlap_skip_and_buffer_one_count_runs_in_flight(sched: SchedEnv)
         )
 
         async def released() -> bool:
-            return any(
-                r["ms"] == held_ms and r["status"] == "published"
-                for r in await sched.runs("buffer")
-            )
+            loop = asyncio.get_running_loop()
+            found = await loop.run_in_executor(None, _published, sched, "buffer")
+            return any(env.scheduled_at == held_ms for env, _ in found)
 
         await wait_for(released, 5, what="the buffered run released")
 

@@ -14,8 +14,8 @@ Definitions (docs/BENCHMARKS.md repeats them beside the figures):
 
 - *published*: the broker's append time of the run's first message on its run topic, minus
   T0 (the instant the burst's jobs are due), in seconds; `published_at` of the row when the
-  topic gave no time. *recorded*: the row's `published_at` itself, which the scheduler writes
-  after the broker's ack, in its own time (a re-publish overwrites it).
+  topic gave no time. *recorded*: the row's `published_at` itself, which the worker's claim
+  records from the delivery's record timestamp (the append time on the scratch topics).
 - *completed*: `finished_at` of a succeeded row, minus T0.
 - A run not published (not completed) when the benchmark stopped counts as infinitely late:
   percentiles are over all expected runs, so a missing 2 % shows as an infinite p99, never as

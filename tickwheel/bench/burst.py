@@ -270,7 +270,7 @@ async def _follow(conn: asyncpg.Connection, fleet: Fleet, cfg: BurstConfig, t0_m
     # Counting a million rows costs Postgres ~0.2 s: poll less often when there are many.
     interval_s = 0.5 if cfg.jobs <= 200_000 else 2.0
     await asyncio.sleep(max(0.0, (t0_ms - now_ms()) / MS_PER_S))
-    with Bar(cfg.jobs, "claimed", "published", "completed") as bar:
+    with Bar(cfg.jobs, "claimed", "started", "completed") as bar:
         while True:
             fleet.check()
             row = await conn.fetchrow(QUERIES["bench_progress"])

@@ -73,7 +73,7 @@ def stamp_on_append(kafka: str, names: list[str]) -> None:
     """Make the broker stamp each message of `names` with the time it appended it.
 
     A run's publish instant is then read from the run topic itself (the first message of its
-    run key), independent of when the scheduler got round to recording `published_at`.
+    run key), independent of when a worker got round to recording `published_at`.
     """
     entry = ConfigEntry(
         "message.timestamp.type", "LogAppendTime", incremental_operation=AlterConfigOpType.SET

@@ -146,9 +146,9 @@ def failover_gap_s(
 ) -> float | None:
     """The longest silence over the fault's shards from their last activity before the fault
     until `until_ms`, seconds; None when no affected shard has activity on both sides.
-    Dispatches are the rows' `published_at` and the envelopes' produce times (a row claimed by
-    a worker before the leader marked it published keeps no `published_at`); starts are the
-    rows' `started_at`."""
+    Dispatches are the rows' `published_at` (recorded by a worker's claim) and the envelopes'
+    produce times (a run never claimed has no `published_at`); starts are the rows'
+    `started_at`."""
     shard_of_key = {row.key: row.shard_id for row in rows}
     by_shard: dict[int, list[int]] = defaultdict(list)
     for row in rows:

@@ -29,11 +29,20 @@ SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms
 -- shard_take_over --
 -- A new leader's first write: bump the epoch under the row lock (an INSERT ... ON CONFLICT
 -- UPDATE locks the row like FOR UPDATE), so every claim of the previous leader that has not
--- committed yet waits for us and then fails its fence.
-INSERT INTO shard_leaders AS s (shard_id, epoch, owner, since)
-VALUES ($1, 1, $2, now())
-ON CONFLICT (shard_id) DO UPDATE SET epoch = s.epoch + 1, owner = EXCLUDED.owner, since = now()
-RETURNING epoch
+-- committed yet waits for us and then fails its fence. Also returns the previous owner: NULL
+-- when that leader stepped down cleanly (every publish of its acknowledged), else its pending
+-- runs are to be adopted (`outbox_adopt`).
+-- (Every part of the statement sees the snapshot taken before it: `previous` reads the owner
+-- as it was. A step-down racing the takeover may make us adopt needlessly: harmless.)
+WITH previous AS (
+    SELECT owner FROM shard_leaders WHERE shard_id = $1
+), taken AS (
+    INSERT INTO shard_leaders AS s (shard_id, epoch, owner, since)
+    VALUES ($1, 1, $2, now())
+    ON CONFLICT (shard_id) DO UPDATE SET epoch = s.epoch + 1, owner = EXCLUDED.owner, since = now()
+    RETURNING epoch
+)
+SELECT taken.epoch, (SELECT owner FROM previous) AS previous_owner FROM taken
 
 -- shard_fence --
 -- First statement of every leader transaction: the shard's row, share-locked until commit, so
@@ -41,7 +50,8 @@ RETURNING epoch
 SELECT epoch, owner FROM shard_leaders WHERE shard_id = $1 FOR SHARE
 
 -- shard_step_down --
--- A leader that leaves on purpose (rebalance, shutdown) clears the owner if it is still its.
+-- A leader that leaves on purpose (rebalance, shutdown) with every publish acknowledged clears
+-- the owner if it is still its: its successor then has no pending runs to adopt.
 UPDATE shard_leaders SET owner = NULL WHERE shard_id = $1 AND epoch = $2 AND owner = $3
 
 -- horizon_jobs --
@@ -136,21 +146,36 @@ SELECT i.tenant, i.job_id, (extract(epoch FROM i.scheduled_at) * 1000)::bigint,
 FROM inserted i
 WHERE i.status = 'pending' AND i.lease_until IS NOT NULL
 
--- runs_mark_published --
--- After the broker's acks: remember the publish; a run a worker already claimed keeps its
--- status (never overwrite 'running' or later). The attempt must still be the one published.
-UPDATE job_runs r SET
-    published_at = now(),
-    status = CASE WHEN r.status = 'pending' THEN 'published' ELSE r.status END
-FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[])
-     AS k(tenant, job_id, ms, attempt)
-WHERE r.tenant = k.tenant AND r.job_id = k.job_id
-  AND r.scheduled_at = 'epoch'::timestamptz + k.ms * interval '1 millisecond'
-  AND r.attempt = k.attempt
+-- outbox_adopt --
+-- A new leader's outbox (I1), when the previous leader did not step down cleanly: dispatched
+-- pending runs of the shard that an earlier epoch claimed (the previous leader may have died
+-- before or after publishing them) are taken over at once, without waiting for their publish
+-- lease, and published again, same attempt. Only a takeover leaves such rows: every later
+-- pending row is this epoch's own, and its leader publishes it again itself until the broker
+-- acknowledges it. A duplicate envelope is
+-- harmless: the worker's claim matches one delivery (I4).
+--   $1 shard  $2 epoch  $3 lease ms  $4 batch limit
+WITH stale AS (
+    SELECT tenant, job_id, scheduled_at FROM job_runs
+    WHERE shard_id = $1 AND status IN ('pending', 'published') AND lease_until IS NOT NULL
+      AND epoch <> $2
+    LIMIT $4
+    FOR UPDATE
+)
+UPDATE job_runs r SET lease_until = now() + $3::bigint * interval '1 millisecond', epoch = $2
+FROM stale l, jobs j
+WHERE r.tenant = l.tenant AND r.job_id = l.job_id AND r.scheduled_at = l.scheduled_at
+  AND r.status IN ('pending', 'published') AND r.epoch <> $2
+  AND j.tenant = r.tenant AND j.job_id = r.job_id
+RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_at,
+          r.attempt, r.priority, j.handler, j.target::text AS target, j.payload::text AS payload,
+          j.timeout_ms, r.origin
 
 -- sweep_republish --
--- Sweeper (a): pending/published runs of the shard whose publish lease lapsed before a worker
--- started them get a new lease and are published again with the same attempt.
+-- Sweeper (a), the safety net: this epoch's dispatched runs still not started when their
+-- publish lease lapsed (default 5 minutes: an acknowledged envelope the broker lost, or a
+-- backlog that long) get a new lease and are published again with the same attempt. A publish
+-- the broker refused does not wait for this: the leader retries it itself.
 --   $1 shard  $2 epoch  $3 lease ms  $4 batch limit
 WITH lapsed AS (
     SELECT tenant, job_id, scheduled_at FROM job_runs

@@ -1,25 +1,39 @@
 -- The workers' queries (workers/store.py). Runs are named by their run key's parts; instants
 -- cross this boundary as integer milliseconds since the epoch, converted exactly with interval
 -- arithmetic. Every write is fenced by the attempt the worker claimed (I4).
+--
+-- The statuses a statement matches arrive as a parameter ($8 of worker_claim, and so on), not
+-- as literals. With literals the planner may read every run in flight through a partial index
+-- whose predicate they imply (job_runs_lease, job_runs_in_flight) and compare each with the
+-- batch, and it does so whenever the day's partition was analysed while few runs were in
+-- flight, which is the normal state when a burst starts: a claim of 16 runs then cost ~1 ms
+-- of Postgres CPU per run instead of 40 µs (docs/BENCHMARKS.md). A parameter implies no index
+-- predicate, so the batch's key lookups on the primary key stay the only cheap plan.
 
 -- worker_claim --
 -- I4, for many deliveries at once: pending/published → running with this worker and a lease,
 -- only for the attempt the envelope dispatches. A delivery whose row is not returned is a
 -- duplicate or a stale redelivery. The job's backoff comes along for the result decision.
--- $1 tenants, $2 job ids, $3 scheduled_at ms, $4 attempts, $5 worker id, $6 lease ms
+-- `published_at` is recorded here, from the delivery's record timestamp (set when the leader
+-- produced the envelope): the leader does not write the row again after the broker's ack,
+-- which cost a third of Postgres's time in a hot second (docs/DECISIONS.md).
+-- $1 tenants, $2 job ids, $3 scheduled_at ms, $4 attempts, $5 worker id, $6 lease ms,
+-- $7 published ms (NULL: the record carried no timestamp), $8 the claimable statuses
 WITH wanted AS (
     SELECT w.tenant, w.job_id,
            'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond' AS scheduled_at,
-           w.attempt
-    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[])
-         AS w(tenant, job_id, scheduled_ms, attempt)
+           w.attempt,
+           'epoch'::timestamptz + w.published_ms * interval '1 millisecond' AS published_at
+    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[], $7::bigint[])
+         AS w(tenant, job_id, scheduled_ms, attempt, published_ms)
 ), claimed AS (
     UPDATE job_runs r
     SET status = 'running', worker = $5::text, started_at = now(),
-        lease_until = now() + $6::bigint * interval '1 millisecond'
+        lease_until = now() + $6::bigint * interval '1 millisecond',
+        published_at = coalesce(w.published_at, r.published_at)
     FROM wanted w
     WHERE r.tenant = w.tenant AND r.job_id = w.job_id AND r.scheduled_at = w.scheduled_at
-      AND r.status IN ('pending', 'published') AND r.attempt = w.attempt
+      AND r.status = ANY ($8::text[]) AND r.attempt = w.attempt
     RETURNING r.tenant, r.job_id, r.scheduled_at, r.attempt, r.max_attempts, r.started_at
 )
 SELECT c.tenant, c.job_id,
@@ -42,20 +56,21 @@ JOIN job_runs r
 -- worker_heartbeat --
 -- Extend the lease of the runs this worker is executing; a run fenced out meanwhile (its lease
 -- lapsed and the scheduler moved it on) is not touched.
--- $1 tenants, $2 job ids, $3 scheduled_at ms, $4 attempts, $5 worker id, $6 lease ms
+-- $1 tenants, $2 job ids, $3 scheduled_at ms, $4 attempts, $5 worker id, $6 lease ms,
+-- $7 'running'
 UPDATE job_runs r
 SET lease_until = now() + $6::bigint * interval '1 millisecond'
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[])
      AS w(tenant, job_id, scheduled_ms, attempt)
 WHERE r.tenant = w.tenant AND r.job_id = w.job_id
   AND r.scheduled_at = 'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond'
-  AND r.attempt = w.attempt AND r.status = 'running' AND r.worker = $5::text
+  AND r.attempt = w.attempt AND r.status = $7::text AND r.worker = $5::text
 
 -- worker_results --
 -- The results of finished attempts, fenced by attempt: succeeded | retrying (retry_at = now +
 -- delay) | dead. Returns the runs written; a run missing from the answer was fenced out.
 -- $1 tenants, $2 job ids, $3 scheduled_at ms, $4 attempts, $5 statuses, $6 retry delays ms,
--- $7 errors
+-- $7 errors, $8 'running'
 UPDATE job_runs r
 SET status = w.status,
     finished_at = CASE WHEN w.status IN ('succeeded', 'dead') THEN now() END,
@@ -69,5 +84,5 @@ FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[], $5::text[], $6:
      AS w(tenant, job_id, scheduled_ms, attempt, status, delay_ms, error)
 WHERE r.tenant = w.tenant AND r.job_id = w.job_id
   AND r.scheduled_at = 'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond'
-  AND r.attempt = w.attempt AND r.status = 'running'
+  AND r.attempt = w.attempt AND r.status = $8::text
 RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_ms
