@@ -104,6 +104,7 @@ LAG_EVERY_S = 1.0  # seconds between per-partition lag reports (cached watermark
 RECORD_ERRORS: tuple[type[BaseException], ...] = (*DB_ERRORS, PublishError)
 DB_RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0)  # then the process dies (I9)
 RECORD_LINGER_S = 0.005  # after a first result, gather others finishing this long
+WORKER_ASSIGNOR = "range"  # see make_worker
 
 
 def worker_group(settings: Settings) -> str:
@@ -651,6 +652,13 @@ def make_worker(
             **{
                 "client.id": f"worker-{worker_id}",
                 "session.timeout.ms": settings.kafka_session_timeout_ms,
+                # Per topic: each priority's partitions are split among the workers. The
+                # cooperative-sticky assignor balances only the count over all three topics,
+                # so a worker that joined later could get every `normal` partition and the
+                # other every `high` one: one worker ran a whole burst while the other idled
+                # (measured, docs/BENCHMARKS.md). Range is an eager protocol: a rebalance
+                # pauses every member briefly; what is in flight finishes and is recorded.
+                "partition.assignment.strategy": WORKER_ASSIGNOR,
             },
         ),
         producer(settings.effective_kafka, **{"linger.ms": 1}),
