@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -433,6 +434,9 @@ class PublishError(RuntimeError):
         self.failed = failed
 
 
+SERVE_EVERY = 1000  # messages produced between two servings of delivery reports
+
+
 def publish_confirmed(
     producer: Producer, messages: Sequence[Outgoing], timeout_s: float = DELIVERY_TIMEOUT_S
 ) -> dict[int, str]:
@@ -445,14 +449,11 @@ def publish_confirmed(
     failed: dict[int, str] = {}
     acked: set[int] = set()
 
-    def report(index: int) -> Callable[[Any, Any], None]:
-        def on_delivery(err: Any, _msg: Any) -> None:
-            if err is None:
-                acked.add(index)
-            else:
-                failed[index] = str(err)
-
-        return on_delivery
+    def on_delivery(index: int, err: Any, _msg: Any) -> None:
+        if err is None:
+            acked.add(index)
+        else:
+            failed[index] = str(err)
 
     deadline = time.monotonic() + timeout_s
     for index, out in enumerate(messages):
@@ -463,7 +464,7 @@ def publish_confirmed(
                     key=out.key,
                     value=out.value,
                     headers=out.headers,
-                    on_delivery=report(index),
+                    on_delivery=partial(on_delivery, index),
                 )
                 break
             except BufferError:
@@ -474,7 +475,8 @@ def publish_confirmed(
             except KafkaException as exc:  # e.g. MSG_SIZE_TOO_LARGE, refused before sending
                 failed[index] = str(exc.args[0])
                 break
-        producer.poll(0)
+        if index % SERVE_EVERY == SERVE_EVERY - 1:
+            producer.poll(0)  # serve delivery reports now and then, not per message
     producer.flush(max(0.0, deadline - time.monotonic()))
     for index in range(len(messages)):
         if index not in acked and index not in failed:

@@ -17,6 +17,9 @@ pytestmark = pytest.mark.unit
 
 # Servers and commands that start or stop services run until stopped: not fuzzed here.
 LONG_RUNNING = {"dev", "demo", "registry", "scheduler", "worker", "bench", "topics"}
+# Options that make a command run until Ctrl-C: left out of the draw (`status --watch`
+# refreshes forever by design; drawn, it hung the suite).
+UNTIL_STOPPED = {("status",): {"--watch"}}
 CLOSED = "127.0.0.1:1"
 ENV = {
     "TICKWHEEL_DSN": f"postgresql://nobody@{CLOSED}/nothing",
@@ -50,7 +53,8 @@ token = st.one_of(
 @st.composite
 def invocations(draw: st.DrawFn) -> list[str]:
     path, command = draw(st.sampled_from(LEAVES))
-    options = [o for p in command.params for o in p.opts if o.startswith("-")]
+    endless = UNTIL_STOPPED.get(tuple(path), set())
+    options = [o for p in command.params for o in p.opts if o.startswith("-") and o not in endless]
     words = draw(st.lists(st.one_of(token, st.sampled_from(options or ["--x"])), max_size=6))
     return [*path, *words]
 
@@ -67,6 +71,14 @@ def test_no_arguments_make_a_traceback(args: list[str]) -> None:
     )
     assert result.exit_code in (0, 1, 2, 3), (args, result.output)
     assert "Traceback" not in result.output
+
+
+def test_no_draw_runs_until_stopped() -> None:
+    """the options left out of the draw because they run until Ctrl-C still exist under
+    these names (a rename would bring the hang back)"""
+    for path, flags in UNTIL_STOPPED.items():
+        command = dict((tuple(p), c) for p, c in LEAVES)[path]
+        assert flags <= {o for p in command.params for o in p.opts}
 
 
 def test_every_fuzzed_command_is_reachable() -> None:

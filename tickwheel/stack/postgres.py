@@ -161,8 +161,8 @@ class Postgres:
             f"-p {self.port} -c listen_addresses=127.0.0.1 "
             "-c unix_socket_directories='' -c max_connections=300 "
             "-c shared_buffers=256MB -c max_wal_size=2GB -c timezone=UTC "
-            # Loaded (not created) so that `CREATE EXTENSION pg_stat_statements` can profile a
-            # benchmark's statements (docs/BENCHMARKS.md); it costs nothing until created.
+            # Loaded so that `CREATE EXTENSION pg_stat_statements` can profile a benchmark's
+            # statements (docs/BENCHMARKS.md); its bookkeeping is a hash update per statement.
             "-c shared_preload_libraries=pg_stat_statements"
         )
         out = self._as_pg_user(
