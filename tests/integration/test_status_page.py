@@ -79,7 +79,8 @@ def _get(url: str, key: str | None = None) -> tuple[int, Any]:
 
 @pytest.fixture
 def system(sched: SchedEnv) -> Iterator[System]:
-    """Registry + scheduler subprocesses, a per-second job, a dead run, an operator key."""
+    """Registry, scheduler and worker subprocesses, per-second jobs, a dead run, an operator
+    key."""
     added = _cli(sched, "operator-key", "add", f"ops-{uuid.uuid4().hex[:8]}")
     assert added.returncode == 0, added.stderr
     operator_key = added.stdout.strip().splitlines()[-1]
@@ -89,13 +90,12 @@ def system(sched: SchedEnv) -> Iterator[System]:
 
     asyncio.run(
         sched.register(
-            {"id": "every-second", "schedule": "* * * * * *", "handler": "demo.tick"},
-            {"id": "every-other", "schedule": "*/2 * * * * *", "handler": "demo.tick"},
+            {"id": "every-second", "schedule": "* * * * * *", "handler": "test.record"},
+            {"id": "every-other", "schedule": "*/2 * * * * *", "handler": "test.record"},
         )
     )
     dead_at = int(time.time() * 1000) // 1000 * 1000 - 60_000
-    # A run as a worker leaves it after its last attempt failed (workers are not part of this
-    # test: the page reads the ledger).
+    # A run as a worker leaves it after its last attempt failed (the page reads the ledger).
     asyncio.run(
         sched.fetch(
             "INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, status,"
@@ -109,6 +109,15 @@ def system(sched: SchedEnv) -> Iterator[System]:
     port = _free_port()
     sched.spawn_command("registry", ["registry", "--port", str(port), "--no-intake"])
     sched.spawn(SCHEDULER_ID)
+    # A worker: a run's publish instant reaches the ledger with its claim (`published_at`).
+    executions = Path(f"/tmp/tw-status-{sched.topics.prefix}-executions.log")
+    executions.touch()
+    sched.spawn_command(
+        "worker",
+        ["worker", "--handlers", "worker_handlers", "--id", "w1"],
+        TW_TEST_LOG=str(executions),
+        PYTHONPATH=str(Path(__file__).parent),
+    )
     base = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:

@@ -83,3 +83,40 @@ def test_pause_and_newer_versions_win() -> None:
         assert len(leader.wheel) == 0
 
     asyncio.run(go())
+
+
+class _RefusingOutbox:
+    """Acknowledges every run whose job id does not start with "refused"."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    async def publish(self, runs: Any, epoch: int) -> list[Any]:
+        self.calls.append([r.job_id for r in runs])
+        return [r for r in runs if not r.job_id.startswith("refused")]
+
+
+def test_runs_the_broker_refused_are_kept_for_the_next_sweep_and_block_a_clean_step_down() -> None:
+    """a refused publish is kept in memory (the row is not written again after an ack, so
+    nothing else would publish it before the lease), and a leader holding such runs does not
+    clear its owner when it steps down: its successor adopts them"""
+    from tickwheel.shards.metrics import SchedulerMetrics
+    from tickwheel.shards.store import Dispatch, Lease
+
+    async def go() -> None:
+        leader = _leader()
+        outbox = _RefusingOutbox()
+        leader.s.outbox = outbox  # type: ignore[assignment]
+        leader.s.metrics = SchedulerMetrics()
+        leader.lease = Lease(0, 3, "me")
+        leader.s.clock._offset_ms = 0  # as after a sync
+        runs = [
+            Dispatch("acme", job, T0, 1, "normal", "demo.echo", None, "{}", 1000)
+            for job in ("ok-1", "refused-1", "ok-2")
+        ]
+        await leader._publish(runs, "first")
+        assert [r.job_id for r in leader._unacked] == ["refused-1"]
+        await leader._step_down()  # returns before touching the database (pool is None)
+        assert [r.job_id for r in leader._unacked] == ["refused-1"]
+
+    asyncio.run(go())
