@@ -17,10 +17,12 @@ SELECT name FROM operator_keys WHERE key_hash = $1 AND revoked_at IS NULL
 -- ops_run_rates --
 -- Per bucket of $3 ms in [$1, $2) ms (bucket = floor((t - $1) / $3)), what happened to runs:
 --   created    run rows inserted to be executed (claims, triggers; skipped rows not counted)
---   published  runs whose latest publish was acknowledged in the bucket
+--   published  runs whose envelope was produced in the bucket (`published_at`, recorded by
+--              the worker's claim from the record's timestamp)
 --   finished   runs that ended succeeded or dead in the bucket;  dead  those that ended dead
 --   lag p50/p99  dispatch lag in ms of the scheduled runs first published in the bucket:
---              publish ack minus scheduled instant (tickwheel_scheduler_dispatch_lag_seconds)
+--              publish instant minus scheduled instant (close to the leader's
+--              tickwheel_scheduler_dispatch_lag_seconds, measured at the broker's ack)
 -- Bounded: only runs scheduled in [$1 - $4, $2) are read (partition pruning), finished ones
 -- through the index job_runs_finished and those in flight through job_runs_in_flight, so the
 -- cost follows the window and the runs in flight, not the ledger. A run scheduled before that
