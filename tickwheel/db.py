@@ -81,7 +81,8 @@ async def ensure_partitions(
 
 
 async def drop_partitions_before(conn: asyncpg.Connection, keep_from: dt.date) -> list[str]:
-    """Retention: drop daily partitions entirely older than `keep_from`."""
+    """Retention: drop daily partitions entirely older than `keep_from` that hold no run in
+    flight, and the default partition's finished rows older than it."""
     rows = await conn.fetch(QUERIES["partitions_drop_before"], keep_from)
     return [row["dropped"] for row in rows]
 

@@ -78,40 +78,47 @@ async def test_due_index_is_partial_on_active_jobs(db_dsn: str) -> None:
 
 
 async def test_runs_land_in_daily_partitions_and_retention_drops_them(db_dsn: str) -> None:
-    """a run row goes to its day's partition; retention drops old days and old default rows"""
+    """a run row goes to its day's partition; retention drops old days and old default rows,
+    except a day or a default row whose run is still in flight"""
     conn = await asyncpg.connect(db_dsn)
     try:
         today = dt.datetime.now(dt.UTC).date()
-        old_day = today - dt.timedelta(days=40)
-        await conn.fetchval("SELECT job_runs_ensure_partitions($1::date, 1)", old_day)
+        old_day, busy_day = today - dt.timedelta(days=40), today - dt.timedelta(days=39)
+        await conn.fetchval("SELECT job_runs_ensure_partitions($1::date, 2)", old_day)
         now = dt.datetime.now(dt.UTC)
+        ancient = now - dt.timedelta(days=400)  # no partition: default
         rows = [
-            ("acme", "j", now, "today"),
-            ("acme", "j", dt.datetime.combine(old_day, dt.time(12), dt.UTC), "old"),
-            ("acme", "j", now - dt.timedelta(days=400), "ancient"),  # no partition: default
+            (now, "pending", "today"),
+            (dt.datetime.combine(old_day, dt.time(12), dt.UTC), "succeeded", "old"),
+            (dt.datetime.combine(busy_day, dt.time(12), dt.UTC), "succeeded", "busy-done"),
+            (dt.datetime.combine(busy_day, dt.time(13), dt.UTC), "retrying", "busy"),
+            (ancient, "dead", "ancient"),
+            (ancient + dt.timedelta(hours=1), "pending", "ancient-caught-up"),
         ]
-        for tenant, job, at, _ in rows:
+        for at, status, _ in rows:
             await conn.execute(
-                "INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, epoch)"
-                " VALUES ($1, $2, $3, 0, 'normal', 1)",
-                tenant,
-                job,
+                "INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, epoch,"
+                " status) VALUES ('acme', 'j', $1, 0, 'normal', 1, $2)",
                 at,
+                status,
             )
         where = {
             label: await conn.fetchval(
                 "SELECT tableoid::regclass::text FROM job_runs WHERE scheduled_at = $1", at
             )
-            for _, _, at, label in rows
+            for at, _, label in rows
         }
         assert where["today"] == f"job_runs_p{today:%Y%m%d}"
         assert where["old"] == f"job_runs_p{old_day:%Y%m%d}"
-        assert where["ancient"] == "job_runs_default"
+        assert where["busy"] == f"job_runs_p{busy_day:%Y%m%d}"
+        assert where["ancient"] == where["ancient-caught-up"] == "job_runs_default"
 
         dropped = await dbmod.drop_partitions_before(conn, today - dt.timedelta(days=30))
         assert f"job_runs_p{old_day:%Y%m%d}" in dropped
+        assert f"job_runs_p{busy_day:%Y%m%d}" not in dropped
         left = await conn.fetch("SELECT scheduled_at FROM job_runs ORDER BY scheduled_at")
-        assert [r[0] for r in left] == [now]
+        kept = {"today", "busy-done", "busy", "ancient-caught-up"}
+        assert [r[0] for r in left] == sorted(at for at, _, label in rows if label in kept)
     finally:
         await conn.close()
 

@@ -4,8 +4,10 @@ What goes, given `retention_days` (the cutoff is the start of the UTC day `reten
 before today):
 
 - run history: every daily `job_runs` partition that ends before the cutoff is dropped whole
-  (`db.drop_partitions_before`; older rows of the default partition are deleted), whatever
-  its runs' statuses — a dead run older than the retention can no longer be replayed;
+  (`db.drop_partitions_before`; older finished rows of the default partition are deleted) — a
+  dead run older than the retention can no longer be replayed. A run in flight is never
+  removed: its day's partition stays until a later gc (migration 0007), since a leader
+  catching up a long outage creates runs scheduled before the cutoff;
 - completed one-off jobs whose instant and last change are both before the cutoff (their one
   run is older than the cutoff too, so it went with its partition); removed in batches of
   `JOB_BATCH` so that no statement holds many row locks for long;
