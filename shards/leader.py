@@ -200,7 +200,9 @@ class ShardLeader:
         self.state = LeaderState.TAKING_OVER
         try:
             async with self.s.pool.acquire() as conn:
-                self.lease = await store.take_over(conn, self.shard, self.s.owner)
+                self.lease = await store.take_over(
+                    conn, self.shard, self.s.owner, self._end_blockers
+                )
                 self._adopting = self.lease.adopt
                 await self.s.clock.sync(conn)
                 self.wheel = TimingWheel(WHEEL_TICK_MS, WHEEL_SIZE, self.s.clock.now_ms())
@@ -326,6 +328,30 @@ class ShardLeader:
             self.wheel.schedule(key, next_ms, entry)
         else:
             self.wheel.cancel(key)
+
+    async def _end_blockers(self, waiting_pid: int) -> None:
+        """The takeover still waits for the shard's row: end the replaced leader's sessions
+        that hold it (frozen mid-statement, out of reach of the idle-in-transaction timeout)."""
+        try:
+            async with self.s.pool.acquire() as other:
+                ended = await store.end_blockers(
+                    other, waiting_pid, store.scheduler_app_name(self.s.owner)
+                )
+        except store.DB_ERRORS:
+            log.warning(
+                "could not end the sessions blocking a takeover; waiting for them",
+                extra={"shard": self.shard},
+                exc_info=True,
+            )
+            return
+        if ended:
+            log.warning(
+                "ended a replaced leader's sessions that blocked the takeover",
+                extra={
+                    "shard": self.shard,
+                    "sessions": [[r["pid"], r["application_name"], r["ended"]] for r in ended],
+                },
+            )
 
     # --- claim and publish ----------------------------------------------------------------
 

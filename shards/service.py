@@ -31,6 +31,7 @@ from tickwheel.config import Settings
 from tickwheel.kafka import producer
 from tickwheel.runtime import Process, tune_gc
 from tickwheel.schedule import ScheduleCache
+from tickwheel.shards import store
 from tickwheel.shards.assignment import assign
 from tickwheel.shards.dbclock import DbClock
 from tickwheel.shards.election import Election, zk_root
@@ -94,7 +95,13 @@ class Scheduler:
             # row share-locked, and the next leader's takeover waits for that lock. Postgres
             # ends such a session after this long, so a takeover waits at most about one
             # session timeout, and the frozen leader's transaction is rolled back.
-            server_settings={"idle_in_transaction_session_timeout": str(s.zk_session_timeout_ms)},
+            # A freeze between a statement's Parse and Sync escapes that timeout (the session
+            # counts as active); the successor's takeover ends such sessions, which it finds
+            # by this application_name (store.take_over).
+            server_settings={
+                "idle_in_transaction_session_timeout": str(s.zk_session_timeout_ms),
+                "application_name": store.scheduler_app_name(self.member_id),
+            },
         )
         self._outbox = Outbox(
             producer(s.effective_kafka, **{"client.id": f"scheduler-{uuid.uuid4().hex[:8]}"}),

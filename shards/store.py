@@ -8,7 +8,8 @@ session and resumes finds another epoch there and writes nothing (`FencedOut`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -29,6 +30,10 @@ Conn: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[Any]"
 DB_ERRORS = db.DB_ERRORS  # one home: tickwheel/db.py
 
 SWEEP_LIMIT = 5000  # runs one sweep statement handles at most (the next sweep takes the rest)
+# How long a takeover waits for the shard's row before it ends a replaced leader's sessions
+# that hold it; a predecessor's claim in flight commits well within it.
+TAKEOVER_PATIENCE_S = 1.0  # seconds
+APP_NAME_PREFIX = "tickwheel-scheduler/"
 
 
 class FencedOut(Exception):
@@ -117,11 +122,37 @@ def _dispatch(row: asyncpg.Record, attempt: int | None = None) -> Dispatch:
     )
 
 
-async def take_over(conn: Conn, shard: int, owner: str) -> Lease:
-    """Bump the shard's epoch and write us as its owner (the takeover, I2)."""
-    row = await conn.fetchrow(QUERIES["shard_take_over"], shard, owner)
+def scheduler_app_name(owner: str) -> str:
+    """The `application_name` of a scheduler process's sessions: how a takeover tells a
+    replaced leader's session from anyone else's (`shard_end_blockers`)."""
+    return f"{APP_NAME_PREFIX}{owner}"
+
+
+async def take_over(
+    conn: Conn,
+    shard: int,
+    owner: str,
+    unblock: Callable[[int], Awaitable[None]] | None = None,
+    patience_s: float = TAKEOVER_PATIENCE_S,
+) -> Lease:
+    """Bump the shard's epoch and write us as its owner (the takeover, I2). Still waiting for
+    the shard's row after `patience_s`, it calls `unblock(our backend pid)` once, which ends
+    the replaced leader's sessions that hold the row (`end_blockers`)."""
+    attempt = asyncio.ensure_future(conn.fetchrow(QUERIES["shard_take_over"], shard, owner))
+    try:
+        done, _ = await asyncio.wait({attempt}, timeout=patience_s)
+        if not done and unblock is not None:
+            await unblock(conn.get_server_pid())
+        row = await attempt
+    finally:
+        attempt.cancel()  # only if we were cancelled ourselves; a finished one ignores it
     assert row is not None  # an upsert always returns its row
     return Lease(shard, row["epoch"], owner, adopt=row["previous_owner"] is not None)
+
+
+async def end_blockers(conn: Conn, waiting_pid: int, own_app_name: str) -> list[asyncpg.Record]:
+    """Terminate the other scheduler sessions the takeover on `waiting_pid` waits for."""
+    return await conn.fetch(QUERIES["shard_end_blockers"], waiting_pid, own_app_name)
 
 
 async def step_down(conn: Conn, lease: Lease) -> None:

@@ -12,6 +12,7 @@ import urllib.request
 from collections import Counter
 from typing import Any
 
+import asyncpg
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -243,3 +244,48 @@ def _metric(text: str, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.split()[-1])
     raise AssertionError(f"metric {name} not exposed")
+
+
+async def test_takeover_ends_a_replaced_leaders_session_that_still_holds_the_shard_row(
+    sched: SchedEnv,
+) -> None:
+    """a replaced leader's session frozen inside a fenced transaction, where Postgres's
+    idle-in-transaction timeout does not reach it, is ended by the successor's takeover, which
+    then leads the shard; a blocking session of any other program is left alone"""
+    await sched.fetch(
+        "INSERT INTO shard_leaders AS s (shard_id, epoch, owner) VALUES (0, 1, 'ghost'),"
+        " (1, 1, 'ghost') ON CONFLICT (shard_id) DO UPDATE SET epoch = s.epoch + 1, owner = 'ghost'"
+    )
+    ghost = await asyncpg.connect(
+        sched.dsn, server_settings={"application_name": "tickwheel-scheduler/ghost"}
+    )
+    bystander = await asyncpg.connect(sched.dsn, server_settings={"application_name": "psql"})
+    try:
+        ghost_tx, bystander_tx = ghost.transaction(), bystander.transaction()
+        await ghost_tx.start()
+        await ghost.fetch("SELECT epoch FROM shard_leaders WHERE shard_id = 0 FOR SHARE")
+        await bystander_tx.start()
+        await bystander.fetch("SELECT epoch FROM shard_leaders WHERE shard_id = 1 FOR SHARE")
+        ghost_pid = ghost.get_server_pid()
+        sched.spawn("b")
+
+        async def led_zero() -> bool:
+            return (await _pg_leaders(sched))[0][0] == "b"
+
+        await wait_for(led_zero, 15, what="b leads shard 0 despite the ghost's lock")
+        sessions = await sched.fetch("SELECT pid FROM pg_stat_activity WHERE pid = $1", ghost_pid)
+        assert not sessions, "the ghost's session survived the takeover"
+        assert "blocked the takeover" in sched.log_text("b")
+        # Shard 1's row is held by a session that is no scheduler's: it is never ended.
+        await asyncio.sleep(2)
+        assert (await _pg_leaders(sched))[1][0] == "ghost"
+        assert not bystander.is_closed()
+        await bystander_tx.rollback()
+
+        async def led_one() -> bool:
+            return (await _pg_leaders(sched))[1][0] == "b"
+
+        await wait_for(led_one, 15, what="b leads shard 1 once the bystander let go")
+    finally:
+        ghost.terminate()
+        await bystander.close()

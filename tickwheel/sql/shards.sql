@@ -44,6 +44,20 @@ WITH previous AS (
 )
 SELECT taken.epoch, (SELECT owner FROM previous) AS previous_owner FROM taken
 
+-- shard_end_blockers --
+-- A takeover still waiting for the shard's row after its patience: the sessions it waits for
+-- that belong to another scheduler process (`application_name`, set by `scheduler_app_name`)
+-- are terminated. They hold the row for a leader the election has already replaced: one frozen
+-- (SIGSTOP, a GC or VM pause) inside a transaction. Postgres's idle-in-transaction timeout
+-- does not end them when the freeze caught the client between a statement's Parse and its
+-- Sync (asyncpg prepares a new statement that way): the session counts as active. Their
+-- transactions roll back, which is what the fence would make of their writes anyway.
+--   $1 the takeover's backend pid  $2 our own application_name (never ended)
+SELECT a.pid, a.application_name, pg_terminate_backend(a.pid) AS ended
+FROM pg_stat_activity a
+WHERE a.pid = ANY(pg_blocking_pids($1))
+  AND a.application_name LIKE 'tickwheel-scheduler/%' AND a.application_name <> $2
+
 -- shard_fence --
 -- First statement of every leader transaction: the shard's row, share-locked until commit, so
 -- no takeover can commit in between. The caller goes on only if epoch and owner are its own.
