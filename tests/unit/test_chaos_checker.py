@@ -59,6 +59,31 @@ def test_retry_after_a_crash_is_a_duplicate_execution_not_a_duplicate_success() 
     assert result.duplicate_execution_rate == 1.0
 
 
+def _done(key: str, attempt: int = 1, worker: str = "w1") -> Execution:
+    return Execution(key, attempt, worker, done=True)
+
+
+def test_a_run_interrupted_and_run_again_completed_once_a_repeated_one_twice() -> None:
+    """a handler killed mid-run then run again returned once (completion rate 0); one that
+    returned, lost its result and ran again returned twice (completion rate 1/2)"""
+    a, b = _row("a", T, attempt=2), _row("b", T, attempt=2)
+    executions = [
+        _start(a.key, 1),
+        _start(a.key, 2),
+        _done(a.key, 2),
+        _start(b.key, 1),
+        _done(b.key, 1),
+        _start(b.key, 2),
+        _done(b.key, 2),
+    ]
+    result = check_round(Ledger(frozenset({a.key, b.key}), [a, b], executions))
+    assert (result.duplicate_executions, result.duplicate_completions) == (2, 1)
+    assert result.duplicate_execution_rate == 1.0
+    assert result.duplicate_completion_rate == 0.5
+    report = summarize([{"round": 1, "fault": "worker_kill", "result": result.as_dict()}])
+    assert report["duplicate_completion_rate"] == 0.5
+
+
 def test_execution_after_the_recorded_success_is_a_duplicate_success() -> None:
     """a run executed again at an attempt later than the one that succeeded"""
     row = _row("a", T, attempt=1)

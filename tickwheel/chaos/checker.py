@@ -8,7 +8,11 @@ Definitions (docs/RELIABILITY.md):
   recorded, or executed twice under that same attempt (the claim fence of I4 failed): the
   system would have told a caller "done" twice. Must be 0.
 - duplicate execution rate: executions beyond the first per executed occurrence, over the
-  executed occurrences (at-least-once allows some).
+  executed occurrences (at-least-once allows some). An execution counts when the handler
+  began, so a handler killed mid-run and run again counts as two.
+- duplicate completion rate: the same, counting only executions whose handler returned: the
+  occurrences whose side effects were done in full more than once. The difference between
+  the two rates is the runs interrupted by a crash and run again.
 - early: a row published or started before its scheduled instant, both by the database's clock,
   or an envelope on a run topic produced (its Kafka timestamp, the producer's clock on the
   same host) before it (I8). Must be 0.
@@ -101,6 +105,7 @@ class RoundResult:
     executions: int
     executed_occurrences: int
     duplicate_executions: int
+    duplicate_completions: int
     early: int
     early_envelopes: int
     envelopes: int
@@ -113,6 +118,12 @@ class RoundResult:
             return 0.0
         return self.duplicate_executions / self.executed_occurrences
 
+    @property
+    def duplicate_completion_rate(self) -> float:
+        if not self.executed_occurrences:
+            return 0.0
+        return self.duplicate_completions / self.executed_occurrences
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "lost": self.lost,
@@ -121,6 +132,8 @@ class RoundResult:
             "executions": self.executions,
             "executed_occurrences": self.executed_occurrences,
             "duplicate_execution_rate": self.duplicate_execution_rate,
+            "duplicate_completions": self.duplicate_completions,
+            "duplicate_completion_rate": self.duplicate_completion_rate,
             "early": self.early,
             "early_envelopes": self.early_envelopes,
             "envelopes": self.envelopes,
@@ -184,9 +197,12 @@ def check_round(ledger: Ledger) -> RoundResult:
         key for key in ledger.expected if key not in rows or rows[key].status not in TERMINAL
     )
     per_key: dict[str, list[Execution]] = defaultdict(list)
+    returned: Counter[str] = Counter()
     for execution in ledger.executions:
         if not execution.done:
             per_key[execution.run_key].append(execution)
+        else:
+            returned[execution.run_key] += 1
     duplicate_successes = 0
     for key, starts in per_key.items():
         row = rows.get(key)
@@ -219,6 +235,7 @@ def check_round(ledger: Ledger) -> RoundResult:
         executions=executions,
         executed_occurrences=len(per_key),
         duplicate_executions=executions - len(per_key),
+        duplicate_completions=sum(n - 1 for n in returned.values() if n > 1),
         early=early + early_envelopes,
         early_envelopes=early_envelopes,
         envelopes=len(ledger.envelopes),
@@ -246,6 +263,11 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "lost": sum(r["result"]["lost"] for r in rounds),
         "duplicate_successes": sum(r["result"]["duplicate_successes"] for r in rounds),
         "duplicate_execution_rate": (executions - executed) / executed if executed else 0.0,
+        "duplicate_completion_rate": (
+            sum(r["result"].get("duplicate_completions", 0) for r in rounds) / executed
+            if executed
+            else 0.0
+        ),
         "early": sum(r["result"]["early"] for r in rounds),
         "failover_gap_max_s": max(gaps, default=None),
         "failover_gap_max_s_by_fault": dict(sorted(by_kind.items())),

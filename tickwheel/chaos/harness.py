@@ -323,7 +323,8 @@ def table(report: dict[str, Any]) -> str:
     """The terminal summary: one line per round, then the totals."""
     lines = [
         f"{'round':>5}  {'fault':<27} {'phase':<6} {'expected':>8} {'lost':>4} "
-        f"{'dupSucc':>7} {'early':>5} {'dupExec%':>8} {'late p99 ms':>11} {'gap s':>6}"
+        f"{'dupSucc':>7} {'early':>5} {'dupExec%':>8} {'dupDone%':>8} {'late p99 ms':>11} "
+        f"{'gap s':>6}"
     ]
     for d in report["detail"]:
         r = d["result"]
@@ -332,13 +333,15 @@ def table(report: dict[str, Any]) -> str:
         lines.append(
             f"{d['round']:>5}  {d['fault']:<27} {d['phase']:<6} {d['expected']:>8} "
             f"{r['lost']:>4} {r['duplicate_successes']:>7} {r['early']:>5} "
-            f"{100 * r['duplicate_execution_rate']:>8.3f} {r['lateness_ms']['p99']:>11} {gap:>6}"
+            f"{100 * r['duplicate_execution_rate']:>8.3f} "
+            f"{100 * r['duplicate_completion_rate']:>8.3f} {r['lateness_ms']['p99']:>11} {gap:>6}"
         )
     gap_max = report["failover_gap_max_s"]
     lines.append(
         f"rounds {report['rounds']}  faults {report['faults']}  lost {report['lost']}  "
         f"duplicate successes {report['duplicate_successes']}  early {report['early']}  "
         f"duplicate execution rate {100 * report['duplicate_execution_rate']:.3f}%  "
+        f"(handler returned twice {100 * report['duplicate_completion_rate']:.3f}%)  "
         f"failover gap max {'-' if gap_max is None else f'{gap_max:.2f}'} s"
     )
     return "\n".join(lines)
