@@ -9,14 +9,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 
 from tickwheel.clock import format_ms, now_ms
 from tickwheel.domain import PRIORITIES, run_key
 from tickwheel.envelopes import DeadLetter, RunEnvelope
+from tickwheel.sharding import shard_of
 from tickwheel.testing import drain
 
 from .conftest import (
+    TEST_SHARDS,
     SchedEnv,
     consume_runs,
     drop_connection,
@@ -83,6 +86,46 @@ async def test_cron_and_one_off_fire_on_time_on_their_priority_topics(sched: Sch
         assert headers["epoch"] == str(env.epoch).encode()
         assert env.attempt == 1
     assert high[0][0].payload == {"n": 1}
+
+
+async def test_a_job_row_held_by_another_transaction_is_skipped_not_waited_for(
+    sched: SchedEnv,
+) -> None:
+    """a due job whose row a registry transaction holds (frozen mid-batch) is passed over
+    while its shard's other jobs keep firing every second; it fires again once released"""
+    shard = shard_of(sched.tenant, "held", TEST_SHARDS)
+    free = next(
+        f"free-{n}"
+        for n in itertools.count()
+        if shard_of(sched.tenant, f"free-{n}", TEST_SHARDS) == shard
+    )
+    async with running_scheduler(sched, "solo"):
+        await sched.register(_every_second("held"), _every_second(free))
+        await wait_for(lambda: _has_runs(sched, {"held", free}), 10, what="both jobs firing")
+        blocker = await asyncpg.connect(sched.dsn)
+        try:
+            async with blocker.transaction():
+                await blocker.fetch(
+                    "SELECT 1 FROM jobs WHERE tenant = $1 AND job_id = 'held' FOR UPDATE",
+                    sched.tenant,
+                )
+                locked_at = now_ms()
+                await asyncio.sleep(3)
+                held_at = now_ms()
+                # What was committed while the row was held (read before letting it go).
+                fired = [r["ms"] for r in await sched.runs(free) if r["ms"] > locked_at]
+                late = [r["ms"] for r in await sched.runs("held") if r["ms"] > locked_at]
+            assert len(fired) >= 2, f"the shard stalled behind the held row: {fired}"
+            assert not late, "the held job was claimed through another transaction's lock"
+            await wait_for(
+                lambda: _any_run_after(sched, "held", held_at), 10, what="the held job firing again"
+            )
+        finally:
+            await blocker.close()
+
+
+async def _has_runs(sched: SchedEnv, job_ids: set[str]) -> bool:
+    return {r["job_id"] for r in await sched.runs()} >= job_ids
 
 
 def _published(sched: SchedEnv, job_id: str | None = None) -> list[tuple[RunEnvelope, int]]:

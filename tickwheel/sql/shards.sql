@@ -121,18 +121,26 @@ GROUP BY r.tenant, r.job_id
 -- `pending` ones with a publish lease (attempt 1) or without one (buffered), `skipped` ones
 -- with their reason. Returns one row per job claimed (scheduled_at NULL) with what its
 -- envelopes need, and one row per pending run to publish (the job columns NULL).
+-- A job whose row another transaction holds (a registry batch writing it) is skipped, not
+-- waited for: the caller re-reads it and claims it at a later tick, so an edit in flight — or
+-- a registry frozen inside its transaction — never holds up the rest of the shard.
 --   $1 shard  $2 epoch  $3 publish lease ms
 --   jobs: $4 tenant  $5 job_id  $6 expected ms  $7 next ms (NULL: none)  $8 complete
 --   runs: $9 tenant  $10 job_id  $11 scheduled ms  $12 status  $13 skip_reason  $14 leased
-WITH claimed AS (
+WITH due AS (
+    SELECT j.tenant, j.job_id, c.next_ms, c.complete
+    FROM unnest($4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::boolean[])
+         AS c(tenant, job_id, expected_ms, next_ms, complete)
+    JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
+    WHERE j.shard_id = $1 AND j.status = 'active'
+      AND j.next_run_at = 'epoch'::timestamptz + c.expected_ms * interval '1 millisecond'
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+), claimed AS (
     UPDATE jobs j SET
         next_run_at = 'epoch'::timestamptz + c.next_ms * interval '1 millisecond',
         status = CASE WHEN c.complete THEN 'completed' ELSE j.status END
-    FROM unnest($4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::boolean[])
-         AS c(tenant, job_id, expected_ms, next_ms, complete)
-    WHERE j.tenant = c.tenant AND j.job_id = c.job_id AND j.shard_id = $1
-      AND j.status = 'active'
-      AND j.next_run_at = 'epoch'::timestamptz + c.expected_ms * interval '1 millisecond'
+    FROM due c
+    WHERE j.tenant = c.tenant AND j.job_id = c.job_id
     RETURNING j.tenant, j.job_id, j.priority, j.max_attempts, j.handler, j.target::text AS target,
               j.payload::text AS payload, j.timeout_ms
 ), inserted AS (
