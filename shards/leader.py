@@ -100,6 +100,7 @@ WHEEL_SIZE = 256
 RETRY_BACKOFF_S = 1.0  # seconds a leader waits after a failed database round trip
 HOUSEKEEPING_INTERVAL_S = 3600.0  # seconds between partition upkeep runs (shard 0's leader)
 GC_INTERVAL_S = 86_400.0  # seconds between retention runs (shard 0's leader; at takeover too)
+UNBLOCK_CONNECT_TIMEOUT_S = 10.0  # seconds to open (and close) the connection that ends blockers
 # A periodic step (sweep, re-sync) that fails so is logged and tried again at its next turn.
 STEP_ERRORS: tuple[type[BaseException], ...] = (*store.DB_ERRORS, PublishError)
 
@@ -137,6 +138,9 @@ class Shared:
     clock: DbClock
     metrics: SchedulerMetrics
     on_leading: Callable[[ShardLeader], None] | None = None  # the feed attaches the shard
+    # For a connection outside the pool: a takeover blocked by a frozen predecessor must not
+    # wait for a pooled connection that other blocked takeovers hold (`_end_blockers`).
+    dsn: str = ""
 
 
 class ShardLeader:
@@ -333,11 +337,14 @@ class ShardLeader:
         """The takeover still waits for the shard's row: end the replaced leader's sessions
         that hold it (frozen mid-statement, out of reach of the idle-in-transaction timeout)."""
         try:
-            async with self.s.pool.acquire() as other:
+            other = await asyncpg.connect(self.s.dsn, timeout=UNBLOCK_CONNECT_TIMEOUT_S)
+            try:
                 ended = await store.end_blockers(
                     other, waiting_pid, store.scheduler_app_name(self.s.owner)
                 )
-        except store.DB_ERRORS:
+            finally:
+                await other.close(timeout=UNBLOCK_CONNECT_TIMEOUT_S)
+        except store.DB_ERRORS:  # TimeoutError is an OSError
             log.warning(
                 "could not end the sessions blocking a takeover; waiting for them",
                 extra={"shard": self.shard},

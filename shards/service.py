@@ -121,6 +121,7 @@ class Scheduler:
             clock=DbClock(),
             metrics=self.metrics,
             on_leading=lambda leader: feed.attach(leader.feed_since or "0"),
+            dsn=s.effective_dsn,
         )
         async with self._pool.acquire() as conn:
             await self.shared.clock.sync(conn)

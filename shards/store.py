@@ -135,13 +135,15 @@ async def take_over(
     unblock: Callable[[int], Awaitable[None]] | None = None,
     patience_s: float = TAKEOVER_PATIENCE_S,
 ) -> Lease:
-    """Bump the shard's epoch and write us as its owner (the takeover, I2). Still waiting for
-    the shard's row after `patience_s`, it calls `unblock(our backend pid)` once, which ends
-    the replaced leader's sessions that hold the row (`end_blockers`)."""
+    """Bump the shard's epoch and write us as its owner (the takeover, I2). While it still
+    waits for the shard's row, every `patience_s` it calls `unblock(our backend pid)`, which
+    ends the replaced leader's sessions that hold the row (`end_blockers`)."""
     attempt = asyncio.ensure_future(conn.fetchrow(QUERIES["shard_take_over"], shard, owner))
     try:
-        done, _ = await asyncio.wait({attempt}, timeout=patience_s)
-        if not done and unblock is not None:
+        while unblock is not None:
+            done, _ = await asyncio.wait({attempt}, timeout=patience_s)
+            if done:
+                break
             await unblock(conn.get_server_pid())
         row = await attempt
     finally:
