@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import uvicorn
 
 log = logging.getLogger("tickwheel.registry")
+IDLE_IN_TRANSACTION_MS = 30_000  # ms a registry session may sit idle inside a transaction
 
 
 def limits_of(settings: Settings) -> Limits:
@@ -124,7 +125,15 @@ async def serve(
     """Run until SIGINT/SIGTERM or a part's death; return the process's exit code."""
     tune_gc()
     process = Process("registry")
-    pool = await db.create_pool(settings.effective_dsn, min_size=2, max_size=10)
+    # A registry frozen inside a batch's transaction (GC, SIGSTOP) would hold its jobs' rows
+    # until continued; other registry processes writing those jobs would wait for it. (Shard
+    # leaders do not: their claims skip held rows.)
+    pool = await db.create_pool(
+        settings.effective_dsn,
+        min_size=2,
+        max_size=10,
+        server_settings={"idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_MS)},
+    )
     process.on_close(pool.close)
     store = RegistryStore(pool, settings.shards, runs=run_limits_of(settings))
     if intake:

@@ -49,8 +49,12 @@ async def connect(dsn: str) -> asyncpg.Connection:
     return await asyncpg.connect(dsn)
 
 
-async def create_pool(dsn: str, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
-    return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+async def create_pool(
+    dsn: str, min_size: int = 1, max_size: int = 10, server_settings: dict[str, str] | None = None
+) -> asyncpg.Pool:
+    return await asyncpg.create_pool(
+        dsn, min_size=min_size, max_size=max_size, server_settings=server_settings
+    )
 
 
 async def migrate(conn: asyncpg.Connection) -> list[Migration]:
