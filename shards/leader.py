@@ -487,19 +487,24 @@ class ShardLeader:
     async def _sweep(self) -> None:
         assert self.lease is not None
         lease_ms = self.cfg.publish_lease_ms
+        adopted: list[Dispatch] = []
+        again: list[Dispatch] = []
+        requeued: list[Dispatch] = []
+        dead: list[store.Dead] = []
         async with self.s.pool.acquire() as conn:
             await self._schedule_retries(conn)
-            async with store.fenced(conn, self.lease):
-                adopted: list[Dispatch] = []
-                if self._adopting:
-                    adopted = await store.adopt(conn, self.lease, lease_ms)
-                    self._adopting = len(adopted) >= store.SWEEP_LIMIT
-                again = await store.sweep_republish(conn, self.lease, lease_ms)
-                requeued = await store.sweep_requeue_running(conn, self.lease, lease_ms)
-            async with store.fenced(conn, self.lease):
-                dead = await store.sweep_dead_running(conn, self.lease)
-                # Acked before commit: a crash here repeats the dead letter, never loses it.
-                await self.s.outbox.publish_dead(dead)
+            # A lease that lapses just after this check is found by the next sweep.
+            if self._adopting or await store.has_lapsed(conn, self.shard):
+                async with store.fenced(conn, self.lease):
+                    if self._adopting:
+                        adopted = await store.adopt(conn, self.lease, lease_ms)
+                        self._adopting = len(adopted) >= store.SWEEP_LIMIT
+                    again = await store.sweep_republish(conn, self.lease, lease_ms)
+                    requeued = await store.sweep_requeue_running(conn, self.lease, lease_ms)
+                async with store.fenced(conn, self.lease):
+                    dead = await store.sweep_dead_running(conn, self.lease)
+                    # Acked before commit: a crash here repeats the dead letter, never loses it.
+                    await self.s.outbox.publish_dead(dead)
             for d in dead:  # rare (a worker lost on a last attempt): one line per run
                 log.warning(
                     "run dead: its worker's lease lapsed on the last attempt",
