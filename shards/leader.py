@@ -339,9 +339,7 @@ class ShardLeader:
         try:
             other = await asyncpg.connect(self.s.dsn, timeout=UNBLOCK_CONNECT_TIMEOUT_S)
             try:
-                ended = await store.end_blockers(
-                    other, waiting_pid, store.scheduler_app_name(self.s.owner)
-                )
+                ended = await store.end_blockers(other, waiting_pid)
             finally:
                 await other.close(timeout=UNBLOCK_CONNECT_TIMEOUT_S)
         except store.DB_ERRORS:  # TimeoutError is an OSError

@@ -152,9 +152,10 @@ async def take_over(
     return Lease(shard, row["epoch"], owner, adopt=row["previous_owner"] is not None)
 
 
-async def end_blockers(conn: Conn, waiting_pid: int, own_app_name: str) -> list[asyncpg.Record]:
-    """Terminate the other scheduler sessions the takeover on `waiting_pid` waits for."""
-    return await conn.fetch(QUERIES["shard_end_blockers"], waiting_pid, own_app_name)
+async def end_blockers(conn: Conn, waiting_pid: int) -> list[asyncpg.Record]:
+    """Terminate the other scheduler processes' sessions the takeover on `waiting_pid`
+    waits for."""
+    return await conn.fetch(QUERIES["shard_end_blockers"], waiting_pid)
 
 
 async def step_down(conn: Conn, lease: Lease) -> None:

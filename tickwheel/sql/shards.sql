@@ -52,11 +52,14 @@ SELECT taken.epoch, (SELECT owner FROM previous) AS previous_owner FROM taken
 -- does not end them when the freeze caught the client between a statement's Parse and its
 -- Sync (asyncpg prepares a new statement that way): the session counts as active. Their
 -- transactions roll back, which is what the fence would make of their writes anyway.
---   $1 the takeover's backend pid  $2 our own application_name (never ended)
+-- Our own sessions are never ended: their name is compared as the server stores it (it cuts
+-- a name at 63 bytes and replaces non-ASCII characters), read from the waiting session.
+--   $1 the takeover's backend pid
 SELECT a.pid, a.application_name, pg_terminate_backend(a.pid) AS ended
 FROM pg_stat_activity a
 WHERE a.pid = ANY(pg_blocking_pids($1))
-  AND a.application_name LIKE 'tickwheel-scheduler/%' AND a.application_name <> $2
+  AND a.application_name LIKE 'tickwheel-scheduler/%'
+  AND a.application_name <> (SELECT w.application_name FROM pg_stat_activity w WHERE w.pid = $1)
 
 -- shard_fence --
 -- First statement of every leader transaction: the shard's row, share-locked until commit, so
