@@ -337,7 +337,7 @@ class ShardLeader:
         """The takeover still waits for the shard's row: end the replaced leader's sessions
         that hold it (frozen mid-statement, out of reach of the idle-in-transaction timeout)."""
         try:
-            other = await asyncpg.connect(self.s.dsn, timeout=UNBLOCK_CONNECT_TIMEOUT_S)
+            other = await dbmod.connect(self.s.dsn, timeout=UNBLOCK_CONNECT_TIMEOUT_S)
             try:
                 ended = await store.end_blockers(other, waiting_pid)
             finally:

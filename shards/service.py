@@ -27,6 +27,7 @@ import asyncpg
 from kazoo.client import KazooState
 from kazoo.exceptions import KazooException
 
+from tickwheel import db
 from tickwheel.config import Settings
 from tickwheel.kafka import producer
 from tickwheel.runtime import Process, tune_gc
@@ -87,7 +88,7 @@ class Scheduler:
     async def start(self, process: Process) -> None:
         s = self.settings
         tune_gc()
-        self._pool = await asyncpg.create_pool(
+        self._pool = await db.create_pool(
             s.effective_dsn,
             min_size=2,
             max_size=s.scheduler_db_connections,

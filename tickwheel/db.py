@@ -45,8 +45,8 @@ def migrations() -> list[Migration]:
     return found
 
 
-async def connect(dsn: str) -> asyncpg.Connection:
-    return await asyncpg.connect(dsn)
+async def connect(dsn: str, timeout: float = 60.0) -> asyncpg.Connection:
+    return await asyncpg.connect(dsn, timeout=timeout)
 
 
 async def create_pool(

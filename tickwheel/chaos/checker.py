@@ -264,7 +264,7 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "duplicate_successes": sum(r["result"]["duplicate_successes"] for r in rounds),
         "duplicate_execution_rate": (executions - executed) / executed if executed else 0.0,
         "duplicate_completion_rate": (
-            sum(r["result"].get("duplicate_completions", 0) for r in rounds) / executed
+            sum(r["result"]["duplicate_completions"] for r in rounds) / executed
             if executed
             else 0.0
         ),
