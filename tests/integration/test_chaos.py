@@ -43,7 +43,8 @@ def test_two_rounds_of_process_faults_lose_nothing_and_succeed_nothing_twice(
     tmp_path: Path,
 ) -> None:
     """seed 3: a leader and a worker killed with -9 during due runs; the checker finds lost 0,
-    duplicate successes 0, early 0, and the leader's shards resumed within session + 1 s"""
+    duplicate successes 0, early 0, every re-execution a run of the killed worker, and the
+    leader's shards resumed within session + 1 s"""
     ports = Ports(*_free_ports(4))
     options = Options(
         rounds=2,
@@ -63,6 +64,13 @@ def test_two_rounds_of_process_faults_lose_nothing_and_succeed_nothing_twice(
     assert report["lost"] == 0, report["detail"]
     assert report["duplicate_successes"] == 0, report["detail"]
     assert report["early"] == 0, report["detail"]
+    # Every execution run again is accounted for by the killed worker: none slipped past the
+    # fences or the leases of live processes.
+    assert report["unexplained_reexecutions"] == 0, report["reexecutions"]
+    reexecuted = sum(
+        d["result"]["executions"] - d["result"]["executed_occurrences"] for d in report["detail"]
+    )
+    assert report["reexecutions"]["worker_died"] == reexecuted, report["reexecutions"]
     executions = sum(d["result"]["executions"] for d in report["detail"])
     assert executions >= sum(d["expected"] for d in report["detail"])
     bound_s = ZK_SESSION_MS / 1000 + 1 + ZK_TICK_MS / 1000

@@ -27,8 +27,8 @@ def _row(job: str, ms: int, status: str = "succeeded", attempt: int = 1, **kw: o
     return RunRow("t", job, ms, status=status, attempt=attempt, **values)  # type: ignore[arg-type]
 
 
-def _start(key: str, attempt: int = 1, worker: str = "w1") -> Execution:
-    return Execution(key, attempt, worker, done=False)
+def _start(key: str, attempt: int = 1, worker: str = "w1", pid: int = 0) -> Execution:
+    return Execution(key, attempt, worker, done=False, pid=pid)
 
 
 def test_clean_round_has_no_findings() -> None:
@@ -141,6 +141,49 @@ def test_summary_totals_rounds() -> None:
     assert report["lost"] == 2
     assert report["duplicate_execution_rate"] == 1.0
     assert report["failover_gap_max_s"] is None
+    assert report["reexecutions"]["unexplained"] == 2
+    assert report["unexplained_reexecutions"] == 2
+
+
+def test_a_reexecution_is_explained_by_its_earlier_attempts_worker_ending() -> None:
+    """attempt 1 ran in a process later killed (or stopped): attempt 2 running again is
+    explained by it; the same re-execution while that process lived on is unexplained"""
+    rows = [_row("a", T, attempt=2), _row("b", T, attempt=2), _row("c", T, attempt=2)]
+    executions = [
+        _start(rows[0].key, 1, pid=100),
+        _start(rows[0].key, 2, pid=200),
+        _start(rows[1].key, 1, pid=101),
+        _start(rows[1].key, 2, pid=200),
+        _start(rows[2].key, 1, pid=200),
+        _start(rows[2].key, 2, pid=300),
+    ]
+    ended = {100: "worker_died", 101: "worker_stopped"}
+    ledger = Ledger(frozenset(r.key for r in rows), rows, executions, ended=ended)
+    assert check_round(ledger).reexecutions == {
+        "worker_died": 1,
+        "worker_stopped": 1,
+        "database_restart": 0,
+        "unexplained": 1,
+    }
+
+
+def test_a_reexecution_is_explained_by_a_database_restart_but_never_the_same_attempt() -> None:
+    """with Postgres restarted in the round a later attempt may run again (its lease lapsed
+    while no result could be written); the same attempt twice stays unexplained"""
+    a, b = _row("a", T, attempt=2), _row("b", T)
+    executions = [
+        _start(a.key, 1, pid=1),
+        _start(a.key, 2, pid=1),
+        _start(b.key, 1, pid=1),
+        _start(b.key, 1, pid=2),
+    ]
+    faults = [FaultEvent("postgres_restart", T)]
+    ledger = Ledger(frozenset({a.key, b.key}), [a, b], executions, faults, ended={1: "worker_died"})
+    causes = check_round(ledger).reexecutions
+    assert (causes["worker_died"], causes["unexplained"]) == (1, 1)
+    ledger = Ledger(frozenset({a.key, b.key}), [a, b], executions, faults)
+    causes = check_round(ledger).reexecutions
+    assert (causes["database_restart"], causes["unexplained"]) == (1, 1)
 
 
 def test_envelope_produced_before_its_instant_is_early() -> None:

@@ -27,9 +27,12 @@ def test_every_cycle_of_the_plan_covers_every_fault_kind() -> None:
 def test_execution_log_lines_of_other_tenants_and_torn_lines_are_ignored(tmp_path: Path) -> None:
     """S/D lines of the tenant are read; another tenant's and a line cut by kill -9 are not"""
     log = tmp_path / "executions.log"
-    log.write_text("S t1/a@1000 1 w1\nD t1/a@1000 1 w1\nS t2/a@1000 1 w1\nS t1/b@1000 ")
+    log.write_text("S t1/a@1000 1 w1 41\nD t1/a@1000 1 w1 41\nS t2/a@1000 1 w1 41\nS t1/b@1000 1 w")
     found = read_executions(log, "t1")
-    assert [(e.run_key, e.done) for e in found] == [("t1/a@1000", False), ("t1/a@1000", True)]
+    assert [(e.run_key, e.done, e.pid) for e in found] == [
+        ("t1/a@1000", False, 41),
+        ("t1/a@1000", True, 41),
+    ]
 
 
 def test_workload_has_steady_jobs_on_every_shard_and_judges_the_window() -> None:

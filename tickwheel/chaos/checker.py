@@ -13,6 +13,13 @@ Definitions (docs/RELIABILITY.md):
 - duplicate completion rate: the same, counting only executions whose handler returned: the
   occurrences whose side effects were done in full more than once. The difference between
   the two rates is the runs interrupted by a crash and run again.
+- re-executions by cause: each execution beyond the first of an occurrence is attributed to
+  what let its attempt lapse. It is a later attempt than the one before it, and that one ran
+  in a worker process that died (kill -9, a crash point, a process that exited on its own) or
+  was stopped, or the round restarted Postgres (a lease can lapse while results cannot be
+  written). Anything else — the same attempt run twice, or a later attempt while the earlier
+  one's process lived on and the database stayed up — is unexplained: the fences or the
+  leases failed. Must be 0.
 - early: a row published or started before its scheduled instant, both by the database's clock,
   or an envelope on a run topic produced (its Kafka timestamp, the producer's clock on the
   same host) before it (I8). Must be 0.
@@ -25,13 +32,22 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tickwheel.domain import run_key
 
 TERMINAL = frozenset({"succeeded", "dead", "skipped"})
+# What may let an attempt lapse so that the next one runs again (see the module docstring).
+WORKER_DIED, WORKER_STOPPED, DATABASE_RESTART, UNEXPLAINED = (
+    "worker_died",
+    "worker_stopped",
+    "database_restart",
+    "unexplained",
+)
+CAUSES = (WORKER_DIED, WORKER_STOPPED, DATABASE_RESTART, UNEXPLAINED)
+DATABASE_FAULTS = frozenset({"postgres_restart"})
 LOST_SAMPLE = 10  # lost run keys listed per round in the report
 
 
@@ -56,12 +72,14 @@ class RunRow:
 
 @dataclass(frozen=True)
 class Execution:
-    """One line of the handler's log: an execution began (`done` False) or returned (True)."""
+    """One line of the handler's log: an execution began (`done` False) or returned (True),
+    in the worker process `pid`."""
 
     run_key: str
     attempt: int
     worker: str
     done: bool
+    pid: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,6 +113,8 @@ class Ledger:
     executions: Sequence[Execution]
     faults: Sequence[FaultEvent] = ()
     envelopes: Sequence[Envelope] = ()
+    # Worker processes that ended during the run, by pid: WORKER_DIED or WORKER_STOPPED.
+    ended: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -111,6 +131,7 @@ class RoundResult:
     envelopes: int
     lateness_ms: dict[str, int]
     failover_gaps_s: dict[str, float | None] = field(default_factory=dict)
+    reexecutions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0))
 
     @property
     def duplicate_execution_rate(self) -> float:
@@ -139,6 +160,7 @@ class RoundResult:
             "envelopes": self.envelopes,
             "lateness_ms": self.lateness_ms,
             "failover_gaps_s": self.failover_gaps_s,
+            "reexecutions": self.reexecutions,
         }
 
 
@@ -188,6 +210,27 @@ def failover_gap_s(
             window = [t for t in window if t <= fault.until_ms]
         gaps.extend(b - a for a, b in itertools.pairwise(window))
     return max(gaps) / 1000 if gaps else None
+
+
+def reexecution_causes(
+    starts: Iterable[Sequence[Execution]], ended: Mapping[int, str], database_restarted: bool
+) -> dict[str, int]:
+    """Each execution beyond the first of an occurrence (`starts`: its executions that
+    began), attributed to a cause (module docstring)."""
+    causes = dict.fromkeys(CAUSES, 0)
+    for executions in starts:
+        ordered = sorted(executions, key=lambda e: e.attempt)
+        for earlier, later in itertools.pairwise(ordered):
+            if later.attempt <= earlier.attempt:
+                cause = UNEXPLAINED  # one attempt executed twice: the claim fence failed
+            elif earlier.pid in ended:
+                cause = ended[earlier.pid]
+            elif database_restarted:
+                cause = DATABASE_RESTART
+            else:
+                cause = UNEXPLAINED
+            causes[cause] += 1
+    return causes
 
 
 def check_round(ledger: Ledger) -> RoundResult:
@@ -241,6 +284,11 @@ def check_round(ledger: Ledger) -> RoundResult:
         envelopes=len(ledger.envelopes),
         lateness_ms=percentiles(lateness),
         failover_gaps_s=gaps,
+        reexecutions=reexecution_causes(
+            per_key.values(),
+            ledger.ended,
+            any(f.kind in DATABASE_FAULTS for f in ledger.faults),
+        ),
     )
 
 
@@ -257,6 +305,7 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for gap in r["result"]["failover_gaps_s"].values():
             if gap is not None:
                 by_kind[r["fault"]] = max(gap, by_kind.get(r["fault"], 0.0))
+    causes = {cause: sum(r["result"]["reexecutions"][cause] for r in rounds) for cause in CAUSES}
     return {
         "rounds": len(rounds),
         "faults": dict(sorted(faults.items())),
@@ -268,6 +317,8 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
             if executed
             else 0.0
         ),
+        "reexecutions": causes,
+        "unexplained_reexecutions": causes[UNEXPLAINED],
         "early": sum(r["result"]["early"] for r in rounds),
         "failover_gap_max_s": max(gaps, default=None),
         "failover_gap_max_s_by_fault": dict(sorted(by_kind.items())),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import asyncpg
 
+from tickwheel.chaos.checker import WORKER_DIED, WORKER_STOPPED
 from tickwheel.chaos.handlers import LOG_ENV, WORKER_ENV
 from tickwheel.config import Settings, load_settings
 from tickwheel.stack import DevStack
@@ -45,6 +46,9 @@ class Deployment:
     echo: object = print
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     stack: DevStack | None = None
+    # Every process that ended, by pid: killed or exited on its own (WORKER_DIED), or stopped
+    # by SIGTERM (WORKER_STOPPED). The checker attributes re-executions with it.
+    ended: dict[int, str] = field(default_factory=dict)
 
     @property
     def settings(self) -> Settings:
@@ -158,24 +162,33 @@ class Deployment:
         """kill -9 a process the harness started, and reap it."""
         self.signal(name, signal.SIGKILL)
         self.procs[name].wait(10)
+        self.ended[self.procs[name].pid] = WORKER_DIED
 
     def stop(self, name: str) -> int | None:
         """SIGTERM (after SIGCONT, in case it is paused), then SIGKILL past the grace."""
         proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return None if proc is None else proc.returncode
+        if proc is None:
+            return None
+        if proc.poll() is not None:
+            self.ended[proc.pid] = WORKER_DIED
+            return proc.returncode
+        self.ended[proc.pid] = WORKER_STOPPED
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGCONT)
             os.kill(proc.pid, signal.SIGTERM)
         try:
             return proc.wait(STOP_GRACE_S)
         except subprocess.TimeoutExpired:
+            self.ended[proc.pid] = WORKER_DIED
             proc.kill()
             return proc.wait(10)
 
     def dead(self) -> dict[str, int]:
         """Processes that exited on their own: name -> exit code."""
-        return {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
+        exited = {n: p for n, p in self.procs.items() if p.poll() is not None}
+        for proc in exited.values():
+            self.ended[proc.pid] = WORKER_DIED
+        return {n: p.returncode for n, p in exited.items()}
 
     def log_tail(self, name: str, lines: int = 5) -> str:
         path = self.root / "proc-logs" / f"{name}.log"

@@ -1,7 +1,7 @@
 """The chaos workload's handler: `tickwheel worker --handlers tickwheel.chaos.handlers`.
 
-Each execution appends `S <run_key> <attempt> <worker>` when it begins and `D …` when it
-returns to the file named by TICKWHEEL_CHAOS_LOG (one O_APPEND write per line, so lines of
+Each execution appends `S <run_key> <attempt> <worker> <pid>` when it begins and `D …` when
+it returns to the file named by TICKWHEEL_CHAOS_LOG (one O_APPEND write per line, so lines of
 concurrent workers never interleave); the checker counts executions from it across kill -9.
 """
 
@@ -18,7 +18,8 @@ WORKER_ENV = "TICKWHEEL_CHAOS_WORKER"
 
 
 def _note(mark: str, ctx: Any) -> None:
-    line = f"{mark} {ctx.run_key} {ctx.attempt} {os.environ.get(WORKER_ENV, os.getpid())}\n"
+    worker = os.environ.get(WORKER_ENV, "worker")
+    line = f"{mark} {ctx.run_key} {ctx.attempt} {worker} {os.getpid()}\n"
     fd = os.open(os.environ[LOG_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())

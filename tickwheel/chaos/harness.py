@@ -88,8 +88,15 @@ def read_executions(path: Path, tenant: str) -> list[Execution]:
     found = []
     for line in path.read_text(errors="replace").splitlines():
         parts = line.split(" ")
-        if len(parts) == 4 and parts[1].startswith(prefix) and parts[2].isdigit():
-            found.append(Execution(parts[1], int(parts[2]), parts[3], parts[0] == "D"))
+        if (
+            len(parts) == 5
+            and parts[1].startswith(prefix)
+            and parts[2].isdigit()
+            and parts[4].isdigit()
+        ):
+            found.append(
+                Execution(parts[1], int(parts[2]), parts[3], parts[0] == "D", int(parts[4]))
+            )
     return found
 
 
@@ -175,7 +182,8 @@ class Harness:
             self.echo(
                 f"round {n:>3} {kind:<27} {phase:<6} lost {r['lost']} dup-succ "
                 f"{r['duplicate_successes']} early {r['early']} dup-exec "
-                f"{r['duplicate_execution_rate']:.4f} gaps {r['failover_gaps_s']}"
+                f"{r['duplicate_execution_rate']:.4f} unexplained "
+                f"{r['reexecutions']['unexplained']} gaps {r['failover_gaps_s']}"
             )
         return summarize(rounds)
 
@@ -268,7 +276,7 @@ class Harness:
         executions = read_executions(dep.handler_log, tenant)
         await asyncio.to_thread(self.run_topics.catch_up)
         envelopes = self.run_topics.by_tenant.pop(tenant, [])
-        result = check_round(Ledger(expected, rows, executions, events, envelopes))
+        result = check_round(Ledger(expected, rows, executions, events, envelopes, dict(dep.ended)))
         return {
             "round": n,
             "fault": kind,
@@ -323,8 +331,8 @@ def table(report: dict[str, Any]) -> str:
     """The terminal summary: one line per round, then the totals."""
     lines = [
         f"{'round':>5}  {'fault':<27} {'phase':<6} {'expected':>8} {'lost':>4} "
-        f"{'dupSucc':>7} {'early':>5} {'dupExec%':>8} {'dupDone%':>8} {'late p99 ms':>11} "
-        f"{'gap s':>6}"
+        f"{'dupSucc':>7} {'early':>5} {'dupExec%':>8} {'dupDone%':>8} {'unexpl':>6} "
+        f"{'late p99 ms':>11} {'gap s':>6}"
     ]
     for d in report["detail"]:
         r = d["result"]
@@ -334,14 +342,16 @@ def table(report: dict[str, Any]) -> str:
             f"{d['round']:>5}  {d['fault']:<27} {d['phase']:<6} {d['expected']:>8} "
             f"{r['lost']:>4} {r['duplicate_successes']:>7} {r['early']:>5} "
             f"{100 * r['duplicate_execution_rate']:>8.3f} "
-            f"{100 * r['duplicate_completion_rate']:>8.3f} {r['lateness_ms']['p99']:>11} {gap:>6}"
+            f"{100 * r['duplicate_completion_rate']:>8.3f} "
+            f"{r['reexecutions']['unexplained']:>6} {r['lateness_ms']['p99']:>11} {gap:>6}"
         )
     gap_max = report["failover_gap_max_s"]
     lines.append(
         f"rounds {report['rounds']}  faults {report['faults']}  lost {report['lost']}  "
         f"duplicate successes {report['duplicate_successes']}  early {report['early']}  "
         f"duplicate execution rate {100 * report['duplicate_execution_rate']:.3f}%  "
-        f"(handler returned twice {100 * report['duplicate_completion_rate']:.3f}%)  "
+        f"(handler returned twice {100 * report['duplicate_completion_rate']:.3f}%; "
+        f"re-executions by cause {report['reexecutions']})  "
         f"failover gap max {'-' if gap_max is None else f'{gap_max:.2f}'} s"
     )
     return "\n".join(lines)
