@@ -52,15 +52,21 @@ def parse_run_key(key: str) -> tuple[str, str, int]:
 _LONG_DIGITS = re.compile(rb"\d{19,}")
 
 
-def _loads(raw: bytes) -> dict[str, Any]:
+def loads_exact(raw: bytes | str) -> Any:
+    """Any JSON value; integers of any size kept exact. Malformed: EnvelopeError."""
     try:
         value = orjson.loads(raw)
-        if _LONG_DIGITS.search(raw):
+        if _LONG_DIGITS.search(raw.encode() if isinstance(raw, str) else raw):
             value = json.loads(raw)
     except (orjson.JSONDecodeError, ValueError) as exc:
         raise EnvelopeError(f"value is not JSON: {exc}") from None
     except RecursionError:  # the stdlib fallback gives up before orjson's depth limit
         raise EnvelopeError("value nests too deeply to decode") from None
+    return value
+
+
+def _loads(raw: bytes) -> dict[str, Any]:
+    value = loads_exact(raw)
     if not isinstance(value, dict):
         raise EnvelopeError("value must be a JSON object")
     return value

@@ -45,6 +45,13 @@ class WorkerMetrics:
             ("reason",),
             registry=self.registry,
         )
+        self.envelope_mismatch = Counter(
+            "tickwheel_worker_envelope_mismatch",
+            "Claimed deliveries whose handler, target, payload or timeout differ from their "
+            "job's: the job changed after the dispatch, or the message is not a scheduler's. "
+            "The job's content ran",
+            registry=self.registry,
+        )
         self.dlq = Counter(
             "tickwheel_worker_dlq_published",
             "Messages published to the DLQ: dead runs and unreadable deliveries",

@@ -17,9 +17,12 @@ A delivery's path, and why a crash at any step loses nothing (I4, I5, I7):
        nothing stored. A message that is no valid envelope jumps to step 5 as an unreadable
        record (it is never executed).
     2. claimed: `pending|published → running` WHERE attempt = the envelope's attempt, with
-       this worker's id and a lease. No row back: a duplicate or stale delivery (or no such
-       run): it is done at once (nothing to write), counted, and never executed.
-    3. executed: the handler or HTTP target runs under the run's timeout_ms; the heartbeat
+       this worker's id and a lease. No row back: a duplicate or stale delivery: it is done
+       at once (nothing to write), counted, and never executed. A delivery naming no run at
+       all (no row) was not produced by a scheduler: it goes to step 5 as unreadable.
+    3. executed: the job's handler or HTTP target runs with the job's payload under its
+       timeout_ms, as the claim read them from the job's row (the envelope's copy is only
+       compared: a difference is counted and logged, never run); the heartbeat
        keeps the lease while it runs. A crash here leaves the row `running`; its lease lapses
        and the scheduler's sweeper re-dispatches it as attempt + 1 (or dead-letters it when
        the attempts are spent). The message's offset was not stored, so it is redelivered
@@ -92,7 +95,7 @@ from tickwheel.workers.handlers import Context, PermanentError
 from tickwheel.workers.metrics import PartsCollector, WorkerMetrics
 from tickwheel.workers.priorities import WeightedPicker
 from tickwheel.workers.retry import Decision, decide
-from tickwheel.workers.store import Attempted, Claim, ResultRow, RunId, RunStore
+from tickwheel.workers.store import Attempted, Claim, JobContent, ResultRow, RunId, RunStore
 from tickwheel.workers.targets import HttpTargets, RetryableTargetError, TargetPolicy
 
 log = logging.getLogger("tickwheel.worker")
@@ -126,6 +129,7 @@ class Delivery:
     level: str
     env: RunEnvelope
     published_ms: int | None  # the record's timestamp: when the leader produced it
+    raw: bytes  # the message's value, for the DLQ if the delivery turns out to be forged
 
     @property
     def run(self) -> RunId:
@@ -250,6 +254,7 @@ class Worker:
                             self.level_of[tp[0]],
                             env,
                             stamp if kind != TIMESTAMP_NOT_AVAILABLE and stamp > 0 else None,
+                            raw,
                         )
                     )
                     continue
@@ -424,14 +429,26 @@ class Worker:
                 row = found.get(d.run)
                 if row is None:
                     reason = "unknown_run"
-                    log.warning(
-                        "delivery of an unknown run %s skipped",
-                        d.env.run_key,
-                        extra={"run_key": d.env.run_key},
-                    )
                 elif row[1] != d.env.attempt:
                     reason = "stale"
             self.metrics.skipped.labels(reason).inc()
+            if reason == "unknown_run":  # no scheduler made it: dead-lettered, with its bytes
+                log.warning(
+                    "delivery of an unknown run %s dead-lettered",
+                    d.env.run_key,
+                    extra={"run_key": d.env.run_key},
+                )
+                record = UnreadableRun(
+                    "names no run: there is no row for this run key (not produced by a scheduler)",
+                    d.tp[0],
+                    d.tp[1],
+                    d.offset,
+                    d.raw,
+                    self.worker_id,
+                    now_ms(),
+                )
+                self.results.put_nowait(Unreadable(d.tp, d.offset, d.generation, record))
+                continue
             self.offsets.done(d.tp, d.offset, d.generation)
         await self.source.store_positions(self.offsets.advanced())
 
@@ -447,16 +464,24 @@ class Worker:
         error: str | None = None
         permanent = False
         started = time.monotonic()
+        job = claim.job or GONE
+        if claim.job is not None and _differs(env, claim.job):
+            self.metrics.envelope_mismatch.inc()
+            log.warning(
+                "envelope of %s differs from its job's content; the job's runs",
+                env.run_key,
+                extra={"run_key": env.run_key},
+            )
         try:
-            async with asyncio.timeout(env.timeout_ms / 1000) as deadline:
-                await self._invoke(env, ctx)
+            async with asyncio.timeout(job.timeout_ms / 1000) as deadline:
+                await self._invoke(job, env.run_key, ctx)
         except PermanentError as exc:
             error, permanent = str(exc) or "PermanentError", True
         except RetryableTargetError as exc:
             error = str(exc)
         except TimeoutError as exc:
             error = (
-                f"timed out after {env.timeout_ms} ms"
+                f"timed out after {job.timeout_ms} ms"
                 if deadline.expired()
                 else f"TimeoutError: {exc}"
             )
@@ -484,20 +509,22 @@ class Worker:
         )
         self.results.put_nowait(Finished(d, claim, decision))
 
-    async def _invoke(self, env: RunEnvelope, ctx: Context) -> None:
-        if env.target is not None:
-            await self.targets.call(env.target, env.payload, env.run_key)
+    async def _invoke(self, job: JobContent, run_key: str, ctx: Context) -> None:
+        if job is GONE:
+            raise PermanentError("its job no longer exists")
+        if job.target is not None:
+            await self.targets.call(job.target, job.payload, run_key)
             return
-        assert env.handler is not None
-        fn = handlers.resolve(env.handler)
+        assert job.handler is not None
+        fn = handlers.resolve(job.handler)
         if fn is None:
             raise PermanentError(
-                f"no handler named {env.handler!r} is loaded in this worker (--handlers)"
+                f"no handler named {job.handler!r} is loaded in this worker (--handlers)"
             )
         if handlers.is_async(fn):
-            await fn(ctx, env.payload)
+            await fn(ctx, job.payload)
         else:
-            await asyncio.get_running_loop().run_in_executor(self._threads, fn, ctx, env.payload)
+            await asyncio.get_running_loop().run_in_executor(self._threads, fn, ctx, job.payload)
 
     async def _drain(self) -> None:
         """Stopping: drop what is queued, let in-flight runs finish within the grace."""
@@ -623,6 +650,19 @@ class Worker:
             except DB_ERRORS:
                 # The next beat tries again; a lease that lapses meanwhile fences our write.
                 log.warning("heartbeat of %d runs failed", len(held), exc_info=True)
+
+
+# A claimed run whose job's row is gone: nothing to run; it fails permanently (dead letter).
+GONE = JobContent(None, None, None, 60_000)
+
+
+def _differs(env: RunEnvelope, job: JobContent) -> bool:
+    return (
+        env.handler != job.handler
+        or env.target != job.target
+        or env.timeout_ms != job.timeout_ms
+        or env.payload != job.payload
+    )
 
 
 async def _wait_any(event: asyncio.Event, stop: asyncio.Event, timeout_s: float) -> None:

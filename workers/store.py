@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
 from tickwheel.domain import RunStatus
+from tickwheel.envelopes import loads_exact
 from tickwheel.queries import QUERIES
 
 RunId = tuple[str, str, int]  # tenant, job_id, scheduled_at (unix ms)
@@ -23,14 +25,38 @@ RUNNING = RunStatus.RUNNING.value
 
 
 @dataclass(frozen=True)
+class JobContent:
+    """What a run executes, as its job's row holds it when the run is claimed."""
+
+    handler: str | None
+    target: dict[str, Any] | None
+    payload: Any
+    timeout_ms: int
+
+
+@dataclass(frozen=True)
 class Claim:
-    """A run this worker now owns: the attempt that fences its writes, and its retry policy."""
+    """A run this worker now owns: the attempt that fences its writes, its retry policy, and
+    what to execute (None: the job's row is gone)."""
 
     attempt: int
     max_attempts: int
     started_ms: int  # database clock, unix ms
     backoff_base_ms: int
     backoff_cap_ms: int
+    job: JobContent | None
+
+
+def _content(row: asyncpg.Record) -> JobContent | None:
+    if not row["job_found"]:
+        return None
+    target = row["target"]
+    return JobContent(
+        row["handler"],
+        None if target is None else loads_exact(target),
+        loads_exact(row["payload"]),
+        row["timeout_ms"],
+    )
 
 
 @dataclass(frozen=True)
@@ -85,6 +111,7 @@ class RunStore:
                 r["started_ms"],
                 r["backoff_base_ms"],
                 r["backoff_cap_ms"],
+                _content(r),
             )
             for r in rows
         }

@@ -97,9 +97,10 @@ async def create_runs(dsn: str, tenant: str, specs: list[RunSpec]) -> None:
         await conn.execute("INSERT INTO tenants (name) VALUES ($1) ON CONFLICT DO NOTHING", tenant)
         await conn.executemany(
             "INSERT INTO jobs (tenant, job_id, shard_id, kind, run_at, handler, target,"
-            " priority, max_attempts, backoff_base_ms, backoff_cap_ms, timeout_ms, document)"
+            " priority, max_attempts, backoff_base_ms, backoff_cap_ms, timeout_ms, payload,"
+            " document)"
             " VALUES ($1, $2, 0, 'once', 'epoch'::timestamptz + $3 * interval '1 ms', $4,"
-            " $5::jsonb, $6, $7, $8, $9, $10, '{}') ON CONFLICT DO NOTHING",
+            " $5::jsonb, $6, $7, $8, $9, $10, $11::jsonb, '{}') ON CONFLICT DO NOTHING",
             [
                 (
                     tenant,
@@ -112,6 +113,7 @@ async def create_runs(dsn: str, tenant: str, specs: list[RunSpec]) -> None:
                     s.base_ms,
                     s.cap_ms,
                     s.timeout_ms,
+                    orjson.dumps(s.payload).decode(),
                 )
                 for s in specs
             ],
@@ -521,8 +523,9 @@ async def test_permanent_error_unknown_handler_and_bad_messages(
     stack: Addresses, db_dsn: str, topics: Topics, tenant: str
 ) -> None:
     """PermanentError and an unloaded handler dead-letter at attempt 1 of 3; an unreadable or
-    forged message lands on the DLQ with its bytes; a run with no row is never executed; the
-    worker goes on, every offset is committed and the lag gauges fall to 0"""
+    forged message lands on the DLQ with its bytes, and so does a valid envelope naming a run
+    that has no row (never executed); the worker goes on, every offset is committed and the
+    lag gauges fall to 0"""
     specs = [
         RunSpec("refused", handler="it.permanent"),
         RunSpec("unloaded", handler="nobody.loaded_this"),
@@ -565,12 +568,16 @@ async def test_permanent_error_unknown_handler_and_bad_messages(
         "no handler named 'nobody.loaded_this' is loaded in this worker (--handlers)"
     )
     assert all(rows[j]["attempt"] == 1 for j in ("refused", "unloaded"))
-    values = drain_values(stack.kafka, topics.dlq, expect=5)
+    values = drain_values(stack.kafka, topics.dlq, expect=6)
     letters = [DeadLetter.decode(v) for v in values if b'"kind"' not in v]
     unreadable = [UnreadableRun.decode(v) for v in values if b'"kind"' in v]
     assert {(d.run.job_id, d.attempts) for d in letters} == {("refused", 1), ("unloaded", 1)}
-    assert sorted(u.original for u in unreadable) == sorted(junk)
+    assert sorted(u.original for u in unreadable) == sorted(
+        [*junk, ghost.envelope(tenant).encode()]
+    )
     assert any("run_key" in u.error and "does not match" in u.error for u in unreadable)
+    (no_row,) = [u for u in unreadable if u.original == ghost.envelope(tenant).encode()]
+    assert no_row.error.startswith("names no run")
     assert all(u.topic == topics.runs("normal") for u in unreadable)
     assert base64.b64encode(junk[0]).decode() in b"".join(values).decode(errors="replace")
 
@@ -584,6 +591,44 @@ LEVEL_ORDER: list[str] = []
 async def level(_ctx: Context, payload: Any) -> None:
     LEVEL_ORDER.append(payload["level"])
     await asyncio.sleep(0.002)
+
+
+PAYLOADS: list[tuple[str, Any]] = []
+
+
+@handler("it.payload")
+async def payload_seen(ctx: Context, payload: Any) -> None:
+    PAYLOADS.append((ctx.run_key, payload))
+
+
+async def test_an_envelope_unlike_its_job_runs_the_jobs_content_once(
+    stack: Addresses, db_dsn: str, topics: Topics, tenant: str
+) -> None:
+    """a message naming a real run and attempt but carrying another handler, payload and
+    timeout (a forgery, or a job changed after the dispatch) claims the run as its own
+    envelope would, and what runs is the job's handler with the job's payload, once; the
+    difference is counted; the run's own envelope after it is a duplicate"""
+    spec = RunSpec("real", handler="it.payload", payload={"from": "job", "n": [1, 2.5]})
+    forged = replace(spec, handler="it.flaky", payload={"from": "forger"}, timeout_ms=1)
+    await create_runs(db_dsn, tenant, [spec])
+    publish(stack.kafka, topics, tenant, [forged])
+    publish(stack.kafka, topics, tenant, [spec])
+    flaky_before = len(FLAKY_CALLS)
+    PAYLOADS.clear()
+    async with running_worker(worker_settings(stack, db_dsn, topics)) as worker:
+        await wait_for(lambda: statuses_are(db_dsn, tenant, "succeeded", 1), 30, "the run")
+        await wait_for(
+            lambda: asyncio.sleep(0, worker.metrics.skipped.labels("duplicate")._value.get() == 1),
+            30,
+            "the run's own envelope skipped",
+        )
+        mismatches = worker.metrics.envelope_mismatch._value.get()
+    ran = [(spec.envelope(tenant).run_key, {"from": "job", "n": [1, 2.5]})]
+    assert ran == PAYLOADS
+    assert len(FLAKY_CALLS) == flaky_before
+    assert mismatches == 1
+    rows = await runs_of(db_dsn, tenant)
+    assert (rows["real"]["status"], rows["real"]["attempt"]) == ("succeeded", 1)
 
 
 async def test_weighted_shares_under_saturation_and_low_never_starves(

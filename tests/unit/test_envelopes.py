@@ -15,6 +15,7 @@ from tickwheel.envelopes import (
     Registration,
     Rejection,
     RunEnvelope,
+    loads_exact,
     parse_run_key,
     run_key,
 )
@@ -155,6 +156,18 @@ def test_integers_beyond_64_bits_stay_exact() -> None:
     )
     reg = Registration.decode(raw)
     assert reg.job is not None and reg.job["n"] == 123456789012345678901234567890
+
+
+def test_a_job_payload_as_text_loads_any_json_value_exactly() -> None:
+    """the worker reads a job's payload from its row as text: any JSON value, big integers
+    exact, malformed text an EnvelopeError"""
+    assert loads_exact('{"n": 123456789012345678901234567890}') == {
+        "n": 123456789012345678901234567890
+    }
+    assert loads_exact("[1, 2.5]") == [1, 2.5]
+    assert loads_exact(b"null") is None
+    with pytest.raises(EnvelopeError, match="not JSON"):
+        loads_exact("{")
 
 
 def test_deep_nesting_with_long_numbers_is_an_envelope_error() -> None:
