@@ -41,7 +41,8 @@ class WorkerMetrics:
         self.skipped = Counter(
             "tickwheel_worker_duplicates_skipped",
             "Deliveries that claimed nothing: duplicate (run taken or finished), stale (another "
-            "attempt), unknown_run (no such run row)",
+            "attempt), unknown_run (no such run row: dead-lettered), held (a run overlap "
+            "buffer_one holds back, not yet sent by a scheduler)",
             ("reason",),
             registry=self.registry,
         )

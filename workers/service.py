@@ -431,6 +431,13 @@ class Worker:
                     reason = "unknown_run"
                 elif row[1] != d.env.attempt:
                     reason = "stale"
+                elif row[2]:
+                    reason = "held"
+                    log.warning(
+                        "delivery of %s, which overlap buffer_one holds back, skipped",
+                        d.env.run_key,
+                        extra={"run_key": d.env.run_key},
+                    )
             self.metrics.skipped.labels(reason).inc()
             if reason == "unknown_run":  # no scheduler made it: dead-lettered, with its bytes
                 log.warning(

@@ -116,8 +116,8 @@ class RunStore:
             for r in rows
         }
 
-    async def statuses(self, runs: Sequence[RunId]) -> dict[RunId, tuple[str, int]]:
-        """(status, attempt) of each run that has a row."""
+    async def statuses(self, runs: Sequence[RunId]) -> dict[RunId, tuple[str, int, bool]]:
+        """(status, attempt, held back by buffer_one) of each run that has a row."""
         if not runs:
             return {}
         rows = await self.pool.fetch(
@@ -127,7 +127,8 @@ class RunStore:
             [r[2] for r in runs],
         )
         return {
-            (r["tenant"], r["job_id"], r["scheduled_ms"]): (r["status"], r["attempt"]) for r in rows
+            (r["tenant"], r["job_id"], r["scheduled_ms"]): (r["status"], r["attempt"], r["held"])
+            for r in rows
         }
 
     async def heartbeat(self, items: Sequence[Attempted]) -> int:

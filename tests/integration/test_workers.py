@@ -631,6 +631,38 @@ async def test_an_envelope_unlike_its_job_runs_the_jobs_content_once(
     assert (rows["real"]["status"], rows["real"]["attempt"]) == ("succeeded", 1)
 
 
+async def test_an_envelope_naming_a_run_held_back_by_buffer_one_claims_nothing(
+    stack: Addresses, db_dsn: str, topics: Topics, tenant: str
+) -> None:
+    """a run that overlap buffer_one holds (pending without a lease: no scheduler has sent it)
+    is not started by a message naming it; the message is skipped as `held`, the run stays
+    held for its release"""
+    held = RunSpec("held", handler="it.payload", payload={"which": "held"})
+    fine = RunSpec("fine", handler="it.payload", payload={"which": "fine"})
+    await create_runs(db_dsn, tenant, [held, fine])
+    conn = await asyncpg.connect(db_dsn)
+    try:
+        await conn.execute(
+            "UPDATE job_runs SET status = 'pending', lease_until = NULL, published_at = NULL"
+            " WHERE tenant = $1 AND job_id = 'held'",
+            tenant,
+        )
+    finally:
+        await conn.close()
+    PAYLOADS.clear()
+    publish(stack.kafka, topics, tenant, [held, fine])
+    async with running_worker(worker_settings(stack, db_dsn, topics)) as worker:
+        await wait_for(lambda: statuses_are(db_dsn, tenant, "succeeded", 1), 30, "fine run")
+        await wait_for(
+            lambda: asyncio.sleep(0, worker.metrics.skipped.labels("held")._value.get() == 1),
+            30,
+            "the held run's message skipped",
+        )
+    assert [p for _, p in PAYLOADS] == [{"which": "fine"}]
+    rows = await runs_of(db_dsn, tenant)
+    assert (rows["held"]["status"], rows["held"]["lease_until"]) == ("pending", None)
+
+
 async def test_weighted_shares_under_saturation_and_low_never_starves(
     stack: Addresses, db_dsn: str, topics: Topics, tenant: str
 ) -> None:

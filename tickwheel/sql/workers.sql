@@ -38,6 +38,9 @@ WITH wanted AS (
     FROM wanted w
     WHERE r.tenant = w.tenant AND r.job_id = w.job_id AND r.scheduled_at = w.scheduled_at
       AND r.status = ANY ($8::text[]) AND r.attempt = w.attempt
+      -- A pending run without a lease is held back by overlap buffer_one: no scheduler has
+      -- sent it, so a message naming it must not start it (buffered_release leases it).
+      AND r.lease_until IS NOT NULL
     RETURNING r.tenant, r.job_id, r.scheduled_at, r.attempt, r.max_attempts, r.started_at
 )
 SELECT c.tenant, c.job_id,
@@ -52,8 +55,10 @@ FROM claimed c
 LEFT JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
 
 -- worker_run_statuses --
--- Why deliveries claimed nothing: the row's status and attempt now (no row: an unknown run).
-SELECT w.tenant, w.job_id, w.scheduled_ms, r.status, r.attempt
+-- Why deliveries claimed nothing: the row's status and attempt now (no row: an unknown run),
+-- and whether overlap buffer_one holds it back (pending without a lease).
+SELECT w.tenant, w.job_id, w.scheduled_ms, r.status, r.attempt,
+       r.status = 'pending' AND r.lease_until IS NULL AS held
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS w(tenant, job_id, scheduled_ms)
 JOIN job_runs r
   ON r.tenant = w.tenant AND r.job_id = w.job_id
