@@ -18,6 +18,11 @@ may publish a rejection again (the rejected topic is at-least-once; its `source`
 identifies duplicates). A database or broker that is unavailable makes the loop seek back to
 the batch's first offsets and retry with backoff, so nothing is skipped.
 
+A registration may be signed with a key of its tenant (tickwheel/signatures.py): a signed one
+is applied only if the signature verifies under an active key of the tenant it names; with
+`intake_require_signature` an unsigned one is rejected. The keys are read by their prefixes
+once per batch (cached `KEY_CACHE_TTL_S`, the HTTP keys' revocation bound).
+
 One message can never stop the loop (I7): every message ends applied or rejected.
 - Decoding and validating guard each message: an unforeseen exception rejects that message.
 - The tenant lookup of step 1 and the write of step 2 tell "this input" from "this moment"
@@ -37,6 +42,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -48,6 +54,7 @@ from tickwheel.domain import RegistrationOp
 from tickwheel.envelopes import EnvelopeError, Registration, Rejection
 from tickwheel.faults import crash_point, fail_point
 from tickwheel.kafka import BatchConsumer, Outgoing, PublishError, publish_confirmed
+from tickwheel.registry_api.auth import KEY_CACHE_TTL_S
 from tickwheel.registry_api.document import (
     JobValidationError,
     Limits,
@@ -57,8 +64,9 @@ from tickwheel.registry_api.document import (
 )
 from tickwheel.registry_api.on_demand import TriggerRequest, backfill_window
 from tickwheel.registry_api.state import Op, Outcome
-from tickwheel.registry_api.store import Applied, NewJobsPlan, RegistryStore
+from tickwheel.registry_api.store import Applied, NewJobsPlan, RegistryStore, SigningKey
 from tickwheel.runtime import PartState
+from tickwheel.signatures import SIGNATURE_HEADER, SignatureError, parse, verify
 
 log = logging.getLogger("tickwheel.registry.intake")
 
@@ -132,6 +140,16 @@ def refusal(applied: Applied) -> str | None:
     return None
 
 
+def _signature_header(msg: Message) -> bytes | None:
+    """The value of the message's signature header (the last one, if repeated), or None."""
+    found: bytes | None = None
+    for header in msg.headers() or []:
+        if header[0] == SIGNATURE_HEADER:
+            value = header[1]
+            found = value if isinstance(value, bytes) else (value or "").encode()
+    return found
+
+
 def _now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -156,8 +174,12 @@ class RegistrationIntake:
         *,
         message_max_bytes: int = PRODUCER_MESSAGE_MAX_BYTES,
         health: PartState | None = None,
+        require_signature: bool = False,
     ) -> None:
         self.store = store
+        self.require_signature = require_signature
+        # key prefix -> (its active keys, when the entry expires); only found keys are kept
+        self._keys: dict[str, tuple[list[SigningKey], float]] = {}
         self.limits = limits
         self.health = health if health is not None else PartState("intake")
         self.health.report(consuming=False, last_batch_at=None, partitions=[], failing=0)
@@ -284,8 +306,11 @@ class RegistrationIntake:
         loop = asyncio.get_running_loop()
         prepared, registrations = await loop.run_in_executor(self._cpu, self._decode, messages)
         known = await self._known_tenants({r.tenant for _, r in registrations})
+        keys = await self._signing_keys(registrations)
         now = self.store.clock()
-        await loop.run_in_executor(self._cpu, self._validate, prepared, registrations, known, now)
+        await loop.run_in_executor(
+            self._cpu, self._validate, prepared, registrations, known, keys, now
+        )
         return prepared
 
     @staticmethod
@@ -309,10 +334,12 @@ class RegistrationIntake:
         prepared: _Prepared,
         registrations: list[tuple[Message, Registration]],
         known: set[str],
+        keys: dict[str, list[SigningKey]],
         now: int,
     ) -> None:
         for msg, reg in registrations:
             try:
+                self._check_signature(msg, reg, keys)
                 prepared.ops.append(self._op(msg, reg, known, now))
                 prepared.op_messages.append(msg)
             except (EnvelopeError, JobValidationError) as exc:
@@ -355,6 +382,60 @@ class RegistrationIntake:
                     if not is_data_error(one):
                         raise
         return names & self._tenants
+
+    async def _signing_keys(
+        self, registrations: Sequence[tuple[Message, Registration]]
+    ) -> dict[str, list[SigningKey]]:
+        """The active keys named by the batch's signatures, by prefix (malformed headers are
+        left to `_check_signature`). Found keys are cached for `KEY_CACHE_TTL_S`; a prefix
+        with no key is asked again next batch, so a key created a moment ago works at once."""
+        prefixes: set[str] = set()
+        for msg, _ in registrations:
+            with contextlib.suppress(SignatureError):
+                header = _signature_header(msg)
+                if header is not None:
+                    prefixes.add(parse(header)[0])
+        if not prefixes:
+            return {}
+        clock = time.monotonic()
+        self._keys = {p: hit for p, hit in self._keys.items() if hit[1] > clock}
+        unseen = sorted(prefixes - self._keys.keys())
+        if unseen:
+            found: dict[str, list[SigningKey]] = {}
+            for key in await self.store.signing_keys(unseen):
+                found.setdefault(key.prefix, []).append(key)
+            for prefix, held in found.items():
+                self._keys[prefix] = (held, clock + KEY_CACHE_TTL_S)
+        return {p: self._keys[p][0] for p in prefixes if p in self._keys}
+
+    def _check_signature(
+        self, msg: Message, reg: Registration, keys: dict[str, list[SigningKey]]
+    ) -> None:
+        """A signed registration must verify under an active key of the tenant it names; an
+        unsigned one passes unless signatures are required. EnvelopeError says why not."""
+        try:
+            header = _signature_header(msg)
+            if header is None:
+                if self.require_signature:
+                    raise EnvelopeError(
+                        f"unsigned: this registry takes only registrations signed with an API "
+                        f"key of their tenant (header {SIGNATURE_HEADER!r})"
+                    )
+                return
+            prefix, mac = parse(header)
+        except SignatureError as exc:
+            raise EnvelopeError(str(exc)) from None
+        value = msg.value() or b""
+        for key in keys.get(prefix, ()):
+            if verify(value, mac, key.key_hash):
+                if key.tenant != reg.tenant:
+                    raise EnvelopeError(
+                        f"signed with an API key of another tenant than {reg.tenant!r}"
+                    )
+                return
+        raise EnvelopeError(
+            f"signature does not verify: no active API key {prefix!r}… signed this message"
+        )
 
     async def commit(self, prepared: _Prepared) -> BatchReport:
         """Steps 2 to 4: apply, publish rejections, store offsets."""

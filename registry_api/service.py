@@ -73,6 +73,7 @@ def make_intake(
         topics.registrations,
         topics.rejected,
         settings.intake_batch,
+        require_signature=settings.intake_require_signature,
         message_max_bytes=PRODUCER_MESSAGE_MAX_BYTES,
         health=health,
     )

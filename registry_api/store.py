@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import hashlib
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from tickwheel.registry_api.on_demand import (
     TriggerRequest,
 )
 from tickwheel.registry_api.state import Op, Outcome, StoredJob, apply
+from tickwheel.signatures import PREFIX_CHARS, key_digest
 
 # Errors that mean "the database cannot be reached right now", not "this request is wrong".
 DB_UNAVAILABLE = (
@@ -51,7 +51,7 @@ DB_UNAVAILABLE = (
 )
 WRITE_RETRIES = 3
 API_KEY_PREFIX = "tw_"
-API_KEY_SHOWN_CHARS = 10  # leading characters of a key stored in clear, to name it
+API_KEY_SHOWN_CHARS = PREFIX_CHARS  # leading characters of a key stored in clear, to name it
 PAGE_LIMIT_MAX = 500
 _ON_DEMAND = (Outcome.TRIGGERED, Outcome.BACKFILLED)
 
@@ -112,7 +112,16 @@ class _DryRun(Exception):
 
 
 def hash_key(api_key: str) -> bytes:
-    return hashlib.sha256(api_key.encode()).digest()
+    return key_digest(api_key)
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """An active API key as a signed registration is checked against (no secret here)."""
+
+    key_hash: bytes
+    prefix: str
+    tenant: str
 
 
 def _json_text(value: Any) -> str | None:
@@ -398,6 +407,11 @@ class RegistryStore:
     async def tenant_for_key(self, api_key: str) -> str | None:
         tenant: str | None = await self.pool.fetchval(QUERIES["tenant_by_key"], hash_key(api_key))
         return tenant
+
+    async def signing_keys(self, prefixes: Sequence[str]) -> list[SigningKey]:
+        """The active keys whose stored prefix is one of `prefixes`."""
+        rows = await self.pool.fetch(QUERIES["api_keys_active_by_prefixes"], list(prefixes))
+        return [SigningKey(bytes(r["key_hash"]), r["prefix"], r["tenant"]) for r in rows]
 
     async def existing_tenants(self, names: Sequence[str]) -> set[str]:
         rows = await self.pool.fetch(QUERIES["tenants_existing"], list(set(names)))

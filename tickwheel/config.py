@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     intake_batch: int = Field(
         2000, ge=1, le=100_000, description="registrations applied per database transaction"
     )
+    intake_require_signature: bool = Field(
+        False,
+        description="reject registrations from Kafka that are not signed with an API key of "
+        "their tenant (header tickwheel-signature)",
+    )
     backfill_max_runs: int = Field(
         10_000,
         ge=1,

@@ -24,6 +24,7 @@ from tickwheel.config import load_settings
 from tickwheel.kafka import consumer
 from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.store import RegistryStore
+from tickwheel.signatures import SIGNATURE_HEADER, sign
 from tickwheel.stack import Addresses
 from tickwheel.testing import drain, produce
 from tickwheel.topics import Topics
@@ -91,9 +92,9 @@ async def _run_intake_until(
     async def done() -> bool:
         group = intake_group(settings)
         prefix = settings.topic_prefix
-        return sum(_committed(settings.effective_kafka, group, f"{prefix}.registrations")) == (
-            committed
-        )
+        # A partition without a commit reports a negative offset: it holds nothing committed.
+        offsets = _committed(settings.effective_kafka, group, f"{prefix}.registrations")
+        return sum(max(0, offset) for offset in offsets) == committed
 
     intake = make_intake(store, settings)
     stop = asyncio.Event()
@@ -339,3 +340,91 @@ async def test_a_batch_refused_by_the_database_rejects_only_the_culprit(
     assert [r["reason"] for r in rejected] == [
         "the database refused it: value refused by the database"
     ]
+
+
+def _signed_by(api_key: str, value: bytes) -> list[tuple[str, str | bytes | None]]:
+    name, header = sign(value, api_key)
+    return [(name, header)]
+
+
+async def test_signed_registrations_apply_only_under_an_active_key_of_their_tenant(
+    stack: Addresses,
+    topics: Topics,
+    db_dsn: str,
+    store: RegistryStore,
+    tenant_names: tuple[str, str],
+) -> None:
+    """signatures required: a registration signed with a key of its tenant lands; unsigned,
+    signed with another tenant's key, with a revoked key, over other bytes, or with a
+    malformed header, it is rejected with its reason and stores nothing"""
+    tenant, other = tenant_names
+    gone = f"g{uuid.uuid4().hex[:10]}"
+    key = await store.create_tenant(tenant)
+    other_key = await store.create_tenant(other)
+    gone_key = await store.create_tenant(gone)
+    await store.revoke_key(gone_key)
+    good = _upsert(tenant, _job("good"))
+    cases = {
+        "unsigned": (_upsert(tenant, _job("unsigned")), None),
+        "cross": (_upsert(tenant, _job("cross")), other_key),
+        "revoked": (_upsert(gone, _job("revoked")), gone_key),
+        "tampered": (_upsert(tenant, _job("tampered")), "tamper"),
+        "malformed": (_upsert(tenant, _job("malformed")), "malformed"),
+    }
+    produce(stack.kafka, topics.registrations, [("good", good)], _signed_by(key, good))
+    for name, (value, signer) in cases.items():
+        if signer is None:
+            headers = None
+        elif signer == "tamper":
+            headers = _signed_by(key, good)  # a real signature, of other bytes
+        elif signer == "malformed":
+            headers = [(SIGNATURE_HEADER, b"tw_short:abc")]
+        else:
+            headers = _signed_by(signer, value)
+        produce(stack.kafka, topics.registrations, [(name, value)], headers)
+    settings = load_settings(
+        dsn=db_dsn,
+        kafka=stack.kafka,
+        zk=stack.zk,
+        topic_prefix=topics.prefix,
+        shards=16,
+        intake_require_signature=True,
+    )
+    await _run_intake_until(settings, store, 1 + len(cases))
+    assert set(await _jobs(db_dsn, tenant)) == {"good"}
+    assert not await _jobs(db_dsn, gone)
+    bodies = [orjson.loads(m.value()) for m in drain(stack.kafka, topics.rejected, expect=5)]
+    reasons = {base64.b64decode(b["original"]): b["reason"] for b in bodies}
+    assert len(bodies) == len(cases)
+    assert reasons[cases["unsigned"][0]].startswith("unsigned")
+    assert "another tenant" in reasons[cases["cross"][0]]
+    assert reasons[cases["revoked"][0]].startswith("signature does not verify")
+    assert reasons[cases["tampered"][0]].startswith("signature does not verify")
+    assert SIGNATURE_HEADER in reasons[cases["malformed"][0]]
+    assert not any(k in r for k in (key, other_key, gone_key) for r in reasons.values())
+
+
+async def test_unsigned_registrations_pass_when_signatures_are_not_required(
+    stack: Addresses,
+    topics: Topics,
+    db_dsn: str,
+    store: RegistryStore,
+    tenant_names: tuple[str, str],
+) -> None:
+    """signatures not required (the default): an unsigned registration lands, a signed one is
+    still checked (another tenant's key is rejected)"""
+    tenant, other = tenant_names
+    await store.create_tenant(tenant)
+    other_key = await store.create_tenant(other)
+    plain = _upsert(tenant, _job("plain"))
+    forged = _upsert(tenant, _job("forged"))
+    produce(stack.kafka, topics.registrations, [("plain", plain)])
+    produce(stack.kafka, topics.registrations, [("forged", forged)], _signed_by(other_key, forged))
+    settings = load_settings(
+        dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=16
+    )
+    await _run_intake_until(settings, store, 2)
+    assert set(await _jobs(db_dsn, tenant)) == {"plain"}
+    (body,) = [orjson.loads(m.value()) for m in drain(stack.kafka, topics.rejected, expect=1)]
+    assert base64.b64decode(body["original"]) == forged
+    assert "another tenant" in body["reason"]

@@ -126,6 +126,10 @@ SELECT name FROM tenants WHERE name = ANY($1::text[])
 -- The active keys a printed prefix names (`tickwheel tenant revoke-key`).
 SELECT key_hash, prefix, tenant FROM api_keys WHERE prefix = $1 AND revoked_at IS NULL
 
+-- api_keys_active_by_prefixes --
+-- The active keys that signed registrations name (registry_api/intake.py).
+SELECT key_hash, prefix, tenant FROM api_keys WHERE prefix = ANY($1::text[]) AND revoked_at IS NULL
+
 -- api_key_revoke --
 -- Revoke one key by its hash; returns it when it was active.
 UPDATE api_keys SET revoked_at = now()
