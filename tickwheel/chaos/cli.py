@@ -32,7 +32,7 @@ from tickwheel.chaos.faults import FAULTS
 )
 @click.option(
     "--ports",
-    default="56432,60092,60093,53181",
+    default="61432,61092,61093,61181",
     show_default=True,
     help="Private Postgres, Kafka, KRaft controller and ZooKeeper ports.",
 )

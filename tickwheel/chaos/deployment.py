@@ -31,10 +31,13 @@ STOP_GRACE_S = 10.0
 
 @dataclass(frozen=True)
 class Ports:
-    pg: int = 56432
-    kafka: int = 60092
-    kafka_controller: int = 60093
-    zk: int = 53181
+    # Above Linux's default ephemeral range (32768-60999): a port in it can be taken at any
+    # moment by some process's outgoing connection, and a restarted service then cannot bind
+    # it (a run failed so when Kafka's port was 60092).
+    pg: int = 61432
+    kafka: int = 61092
+    kafka_controller: int = 61093
+    zk: int = 61181
 
 
 @dataclass
