@@ -50,13 +50,14 @@ def parse_run_key(key: str) -> tuple[str, str, int]:
 # A run of 19+ digits may be an integer beyond 64 bits, which orjson silently turns into a
 # float; the stdlib parser keeps it exact so that validation can refuse it instead.
 _LONG_DIGITS = re.compile(rb"\d{19,}")
+_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19,}")  # the same for text (a job's payload from its row)
 
 
 def loads_exact(raw: bytes | str) -> Any:
     """Any JSON value; integers of any size kept exact. Malformed: EnvelopeError."""
     try:
         value = orjson.loads(raw)
-        if _LONG_DIGITS.search(raw.encode() if isinstance(raw, str) else raw):
+        if _LONG_DIGITS_TEXT.search(raw) if isinstance(raw, str) else _LONG_DIGITS.search(raw):
             value = json.loads(raw)
     except (orjson.JSONDecodeError, ValueError) as exc:
         raise EnvelopeError(f"value is not JSON: {exc}") from None

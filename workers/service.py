@@ -259,8 +259,7 @@ class Worker:
                     )
                     continue
                 log.warning("unreadable run message %s[%d]@%d: %s", *tp, offset, reason)
-                record = UnreadableRun(reason, tp[0], tp[1], offset, raw, self.worker_id, now_ms())
-                self.results.put_nowait(Unreadable(tp, offset, generation, record))
+                self._dead_letter(tp, offset, generation, raw, reason)
             if self._revoked:
                 self._revoked = False
                 self._drop_revoked()
@@ -270,6 +269,13 @@ class Worker:
             if time.monotonic() >= lag_due:
                 lag_due = time.monotonic() + LAG_EVERY_S
                 await self.source.call(self._report_lag)
+
+    def _dead_letter(
+        self, tp: tuple[str, int], offset: int, generation: int, raw: bytes, reason: str
+    ) -> None:
+        """A message never to execute goes to the DLQ as unreadable, with its bytes (step 5)."""
+        record = UnreadableRun(reason, tp[0], tp[1], offset, raw, self.worker_id, now_ms())
+        self.results.put_nowait(Unreadable(tp, offset, generation, record))
 
     def _drop_revoked(self) -> None:
         for queue in self.queues.values():
@@ -445,16 +451,13 @@ class Worker:
                     d.env.run_key,
                     extra={"run_key": d.env.run_key},
                 )
-                record = UnreadableRun(
-                    "names no run: there is no row for this run key (not produced by a scheduler)",
-                    d.tp[0],
-                    d.tp[1],
+                self._dead_letter(
+                    d.tp,
                     d.offset,
+                    d.generation,
                     d.raw,
-                    self.worker_id,
-                    now_ms(),
+                    "names no run: there is no row for this run key (not produced by a scheduler)",
                 )
-                self.results.put_nowait(Unreadable(d.tp, d.offset, d.generation, record))
                 continue
             self.offsets.done(d.tp, d.offset, d.generation)
         await self.source.store_positions(self.offsets.advanced())
@@ -471,8 +474,9 @@ class Worker:
         error: str | None = None
         permanent = False
         started = time.monotonic()
-        job = claim.job or GONE
-        if claim.job is not None and _differs(env, claim.job):
+        job = claim.job
+        timeout_ms = None if job is None else job.timeout_ms
+        if job is not None and _differs(env, job):
             self.metrics.envelope_mismatch.inc()
             log.warning(
                 "envelope of %s differs from its job's content; the job's runs",
@@ -480,7 +484,9 @@ class Worker:
                 extra={"run_key": env.run_key},
             )
         try:
-            async with asyncio.timeout(job.timeout_ms / 1000) as deadline:
+            async with asyncio.timeout(
+                None if timeout_ms is None else timeout_ms / 1000
+            ) as deadline:
                 await self._invoke(job, env.run_key, ctx)
         except PermanentError as exc:
             error, permanent = str(exc) or "PermanentError", True
@@ -488,9 +494,7 @@ class Worker:
             error = str(exc)
         except TimeoutError as exc:
             error = (
-                f"timed out after {job.timeout_ms} ms"
-                if deadline.expired()
-                else f"TimeoutError: {exc}"
+                f"timed out after {timeout_ms} ms" if deadline.expired() else f"TimeoutError: {exc}"
             )
         except asyncio.CancelledError:
             # Shutdown past its grace: no result; the lease lapses and the scheduler moves on.
@@ -516,8 +520,8 @@ class Worker:
         )
         self.results.put_nowait(Finished(d, claim, decision))
 
-    async def _invoke(self, job: JobContent, run_key: str, ctx: Context) -> None:
-        if job is GONE:
+    async def _invoke(self, job: JobContent | None, run_key: str, ctx: Context) -> None:
+        if job is None:  # the job's row is gone: nothing to run (a dead letter)
             raise PermanentError("its job no longer exists")
         if job.target is not None:
             await self.targets.call(job.target, job.payload, run_key)
@@ -657,10 +661,6 @@ class Worker:
             except DB_ERRORS:
                 # The next beat tries again; a lease that lapses meanwhile fences our write.
                 log.warning("heartbeat of %d runs failed", len(held), exc_info=True)
-
-
-# A claimed run whose job's row is gone: nothing to run; it fails permanently (dead letter).
-GONE = JobContent(None, None, None, 60_000)
 
 
 def _differs(env: RunEnvelope, job: JobContent) -> bool:

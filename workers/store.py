@@ -48,7 +48,7 @@ class Claim:
 
 
 def _content(row: asyncpg.Record) -> JobContent | None:
-    if not row["job_found"]:
+    if row["timeout_ms"] is None:  # NOT NULL in jobs: the LEFT JOIN found no job row
         return None
     target = row["target"]
     return JobContent(

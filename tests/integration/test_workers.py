@@ -195,6 +195,10 @@ async def statuses_are(dsn: str, tenant: str, status: str, count: int) -> bool:
     return sum(1 for r in rows.values() if r["status"] == status) == count
 
 
+async def skipped_as(worker: Worker, reason: str, count: int) -> bool:
+    return bool(worker.metrics.skipped.labels(reason)._value.get() == count)
+
+
 def committed_total(kafka: str, group: str, topics: list[str], partitions: int = 2) -> int:
     cons = Consumer({"bootstrap.servers": kafka, "group.id": group})
     try:
@@ -618,9 +622,7 @@ async def test_an_envelope_unlike_its_job_runs_the_jobs_content_once(
     async with running_worker(worker_settings(stack, db_dsn, topics)) as worker:
         await wait_for(lambda: statuses_are(db_dsn, tenant, "succeeded", 1), 30, "the run")
         await wait_for(
-            lambda: asyncio.sleep(0, worker.metrics.skipped.labels("duplicate")._value.get() == 1),
-            30,
-            "the run's own envelope skipped",
+            lambda: skipped_as(worker, "duplicate", 1), 30, "the run's own envelope skipped"
         )
         mismatches = worker.metrics.envelope_mismatch._value.get()
     ran = [(spec.envelope(tenant).run_key, {"from": "job", "n": [1, 2.5]})]
@@ -653,11 +655,7 @@ async def test_an_envelope_naming_a_run_held_back_by_buffer_one_claims_nothing(
     publish(stack.kafka, topics, tenant, [held, fine])
     async with running_worker(worker_settings(stack, db_dsn, topics)) as worker:
         await wait_for(lambda: statuses_are(db_dsn, tenant, "succeeded", 1), 30, "fine run")
-        await wait_for(
-            lambda: asyncio.sleep(0, worker.metrics.skipped.labels("held")._value.get() == 1),
-            30,
-            "the held run's message skipped",
-        )
+        await wait_for(lambda: skipped_as(worker, "held", 1), 30, "the held run's message skipped")
     assert [p for _, p in PAYLOADS] == [{"which": "fine"}]
     rows = await runs_of(db_dsn, tenant)
     assert (rows["held"]["status"], rows["held"]["lease_until"]) == ("pending", None)

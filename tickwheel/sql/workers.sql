@@ -19,8 +19,8 @@
 -- which cost a third of Postgres's time in a hot second (docs/DECISIONS.md).
 -- What runs is the job's handler or target, payload and timeout as stored now, returned here:
 -- an envelope only names the run and its attempt, so one produced by anyone but a scheduler
--- cannot make a worker run content of its own (docs/DECISIONS.md). `job_found` false: the
--- job's row is gone.
+-- cannot make a worker run content of its own (docs/DECISIONS.md). `timeout_ms` NULL (it is
+-- NOT NULL in jobs): the job's row is gone.
 -- $1 tenants, $2 job ids, $3 scheduled_at ms, $4 attempts, $5 worker id, $6 lease ms,
 -- $7 published ms (NULL: the record carried no timestamp), $8 the claimable statuses
 WITH wanted AS (
@@ -49,8 +49,7 @@ SELECT c.tenant, c.job_id,
        (extract(epoch FROM c.started_at) * 1000)::bigint AS started_ms,
        coalesce(j.backoff_base_ms, 10000) AS backoff_base_ms,
        coalesce(j.backoff_cap_ms, 600000) AS backoff_cap_ms,
-       j.job_id IS NOT NULL AS job_found, j.handler, j.target::text AS target,
-       j.payload::text AS payload, j.timeout_ms
+       j.handler, j.target::text AS target, j.payload::text AS payload, j.timeout_ms
 FROM claimed c
 LEFT JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
 
