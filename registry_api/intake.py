@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
@@ -111,6 +112,14 @@ class BatchReport:
 class _Rejected:
     message: Message
     reason: str
+
+
+class _Decoded(NamedTuple):
+    """A registration that decoded, with its signature header read (None: unsigned)."""
+
+    msg: Message
+    reg: Registration
+    signature: tuple[str, bytes] | None  # (key prefix, MAC)
 
 
 @dataclass
@@ -305,8 +314,8 @@ class RegistrationIntake:
         """
         loop = asyncio.get_running_loop()
         prepared, registrations = await loop.run_in_executor(self._cpu, self._decode, messages)
-        known = await self._known_tenants({r.tenant for _, r in registrations})
-        keys = await self._signing_keys(registrations)
+        known = await self._known_tenants({d.reg.tenant for d in registrations})
+        keys = await self._signing_keys({d.signature[0] for d in registrations if d.signature})
         now = self.store.clock()
         await loop.run_in_executor(
             self._cpu, self._validate, prepared, registrations, known, keys, now
@@ -314,15 +323,16 @@ class RegistrationIntake:
         return prepared
 
     @staticmethod
-    def _decode(
-        messages: Sequence[Message],
-    ) -> tuple[_Prepared, list[tuple[Message, Registration]]]:
+    def _decode(messages: Sequence[Message]) -> tuple[_Prepared, list[_Decoded]]:
         prepared = _Prepared(list(messages))
-        registrations: list[tuple[Message, Registration]] = []
+        registrations: list[_Decoded] = []
         for msg in messages:
             try:
-                registrations.append((msg, Registration.decode(msg.value() or b"")))
-            except EnvelopeError as exc:
+                reg = Registration.decode(msg.value() or b"")
+                header = _signature_header(msg)
+                signature = None if header is None else parse(header)
+                registrations.append(_Decoded(msg, reg, signature))
+            except (EnvelopeError, SignatureError) as exc:
                 prepared.rejected.append(_Rejected(msg, str(exc)))
             except Exception as exc:  # unforeseen: reject this message, never stall the rest
                 log.exception("decoding a registration raised %s", type(exc).__name__)
@@ -332,14 +342,14 @@ class RegistrationIntake:
     def _validate(
         self,
         prepared: _Prepared,
-        registrations: list[tuple[Message, Registration]],
+        registrations: list[_Decoded],
         known: set[str],
         keys: dict[str, list[SigningKey]],
         now: int,
     ) -> None:
-        for msg, reg in registrations:
+        for msg, reg, signature in registrations:
             try:
-                self._check_signature(msg, reg, keys)
+                self._check_signature(msg, reg, signature, keys)
                 prepared.ops.append(self._op(msg, reg, known, now))
                 prepared.op_messages.append(msg)
             except (EnvelopeError, JobValidationError) as exc:
@@ -383,18 +393,10 @@ class RegistrationIntake:
                         raise
         return names & self._tenants
 
-    async def _signing_keys(
-        self, registrations: Sequence[tuple[Message, Registration]]
-    ) -> dict[str, list[SigningKey]]:
-        """The active keys named by the batch's signatures, by prefix (malformed headers are
-        left to `_check_signature`). Found keys are cached for `KEY_CACHE_TTL_S`; a prefix
-        with no key is asked again next batch, so a key created a moment ago works at once."""
-        prefixes: set[str] = set()
-        for msg, _ in registrations:
-            with contextlib.suppress(SignatureError):
-                header = _signature_header(msg)
-                if header is not None:
-                    prefixes.add(parse(header)[0])
+    async def _signing_keys(self, prefixes: set[str]) -> dict[str, list[SigningKey]]:
+        """The active keys named by the batch's signatures, by prefix. Found keys are cached
+        for `KEY_CACHE_TTL_S`; a prefix with no key is asked again next batch, so a key
+        created a moment ago works at once."""
         if not prefixes:
             return {}
         clock = time.monotonic()
@@ -409,22 +411,22 @@ class RegistrationIntake:
         return {p: self._keys[p][0] for p in prefixes if p in self._keys}
 
     def _check_signature(
-        self, msg: Message, reg: Registration, keys: dict[str, list[SigningKey]]
+        self,
+        msg: Message,
+        reg: Registration,
+        signature: tuple[str, bytes] | None,
+        keys: dict[str, list[SigningKey]],
     ) -> None:
         """A signed registration must verify under an active key of the tenant it names; an
         unsigned one passes unless signatures are required. EnvelopeError says why not."""
-        try:
-            header = _signature_header(msg)
-            if header is None:
-                if self.require_signature:
-                    raise EnvelopeError(
-                        f"unsigned: this registry takes only registrations signed with an API "
-                        f"key of their tenant (header {SIGNATURE_HEADER!r})"
-                    )
-                return
-            prefix, mac = parse(header)
-        except SignatureError as exc:
-            raise EnvelopeError(str(exc)) from None
+        if signature is None:
+            if self.require_signature:
+                raise EnvelopeError(
+                    f"unsigned: this registry takes only registrations signed with an API "
+                    f"key of their tenant (header {SIGNATURE_HEADER!r})"
+                )
+            return
+        prefix, mac = signature
         value = msg.value() or b""
         for key in keys.get(prefix, ()):
             if verify(value, mac, key.key_hash):

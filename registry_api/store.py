@@ -111,8 +111,7 @@ class _DryRun(Exception):
         self.results = results
 
 
-def hash_key(api_key: str) -> bytes:
-    return key_digest(api_key)
+hash_key = key_digest  # what api_keys stores for a key (also a signed registration's secret)
 
 
 @dataclass(frozen=True)
@@ -390,7 +389,7 @@ class RegistryStore:
             if len(prefix_or_key) > API_KEY_SHOWN_CHARS:
                 key_hash = hash_key(prefix_or_key)
             else:
-                rows = await conn.fetch(QUERIES["api_keys_active_by_prefix"], prefix_or_key)
+                rows = await conn.fetch(QUERIES["api_keys_active_by_prefixes"], [prefix_or_key])
                 if len(rows) > 1:
                     raise ValueError(
                         f"prefix {prefix_or_key!r} names {len(rows)} active keys; give the "

@@ -20,7 +20,7 @@ import orjson
 import pytest
 from confluent_kafka import TopicPartition
 
-from tickwheel.config import load_settings
+from tickwheel.config import Settings, load_settings
 from tickwheel.kafka import consumer
 from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.store import RegistryStore
@@ -70,6 +70,13 @@ def _end_offsets(kafka: str, topic: str, partitions: int = 2) -> list[int]:
         ]
     finally:
         cons.close()
+
+
+def _settings(stack: Addresses, db_dsn: str, topics: Topics, **extra: Any) -> Settings:
+    """The intake's settings on the test stack, its scratch database and topics."""
+    return load_settings(
+        dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=16, **extra
+    )
 
 
 @pytest.fixture
@@ -153,9 +160,7 @@ async def test_mixed_batch_lands_valid_and_rejects_invalid(
         ),
     ]
     produce(stack.kafka, topics.registrations, good[:25] + bad + good[25:])
-    settings = load_settings(
-        dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=16
-    )
+    settings = _settings(stack, db_dsn, topics)
     total = len(good) + len(bad)
 
     await _run_intake_until(settings, store, total)
@@ -208,9 +213,7 @@ async def test_per_job_order_and_versions(
         ("gone", _op("delete", tenant, "gone")),
     ]
     produce(stack.kafka, topics.registrations, messages)
-    settings = load_settings(
-        dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=16
-    )
+    settings = _settings(stack, db_dsn, topics)
 
     await _run_intake_until(settings, store, len(messages))
     jobs = await _jobs(db_dsn, tenant)
@@ -329,9 +332,7 @@ async def test_a_batch_refused_by_the_database_rejects_only_the_culprit(
     messages = [(f"j{i}", _upsert(tenant, _job(f"j{i}"))) for i in range(5)]
     messages.insert(2, ("poison", _upsert(tenant, _job("poison"))))
     produce(stack.kafka, topics.registrations, messages)
-    settings = load_settings(
-        dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=16
-    )
+    settings = _settings(stack, db_dsn, topics)
     poisoned = _PoisonedStore(store.pool, shards=16)
 
     await _run_intake_until(settings, poisoned, len(messages))
@@ -382,14 +383,7 @@ async def test_signed_registrations_apply_only_under_an_active_key_of_their_tena
         else:
             headers = _signed_by(signer, value)
         produce(stack.kafka, topics.registrations, [(name, value)], headers)
-    settings = load_settings(
-        dsn=db_dsn,
-        kafka=stack.kafka,
-        zk=stack.zk,
-        topic_prefix=topics.prefix,
-        shards=16,
-        intake_require_signature=True,
-    )
+    settings = _settings(stack, db_dsn, topics, intake_require_signature=True)
     await _run_intake_until(settings, store, 1 + len(cases))
     assert set(await _jobs(db_dsn, tenant)) == {"good"}
     assert not await _jobs(db_dsn, gone)
@@ -420,9 +414,7 @@ async def test_unsigned_registrations_pass_when_signatures_are_not_required(
     forged = _upsert(tenant, _job("forged"))
     produce(stack.kafka, topics.registrations, [("plain", plain)])
     produce(stack.kafka, topics.registrations, [("forged", forged)], _signed_by(other_key, forged))
-    settings = load_settings(
-        dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=16
-    )
+    settings = _settings(stack, db_dsn, topics)
     await _run_intake_until(settings, store, 2)
     assert set(await _jobs(db_dsn, tenant)) == {"plain"}
     (body,) = [orjson.loads(m.value()) for m in drain(stack.kafka, topics.rejected, expect=1)]

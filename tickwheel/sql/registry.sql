@@ -122,12 +122,9 @@ SELECT k.tenant FROM api_keys k WHERE k.key_hash = $1 AND k.revoked_at IS NULL
 -- tenants_existing --
 SELECT name FROM tenants WHERE name = ANY($1::text[])
 
--- api_keys_active_by_prefix --
--- The active keys a printed prefix names (`tickwheel tenant revoke-key`).
-SELECT key_hash, prefix, tenant FROM api_keys WHERE prefix = $1 AND revoked_at IS NULL
-
 -- api_keys_active_by_prefixes --
--- The active keys that signed registrations name (registry_api/intake.py).
+-- The active keys the printed prefixes name: `tickwheel tenant revoke-key`, and the keys that
+-- signed registrations name (registry_api/intake.py).
 SELECT key_hash, prefix, tenant FROM api_keys WHERE prefix = ANY($1::text[]) AND revoked_at IS NULL
 
 -- api_key_revoke --
