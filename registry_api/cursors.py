@@ -12,12 +12,11 @@ import base64
 import binascii
 import re
 
-from tickwheel.registry_api.document import JOB_ID_PATTERN
+from tickwheel.domain import JOB_ID_FORM
 from tickwheel.schedule.cron import MAX_AFTER_MS, MIN_AFTER_MS
 
 CURSOR_MAX_CHARS = 400
 
-_JOB_ID = re.compile(JOB_ID_PATTERN)
 _CURSOR_TEXT = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -50,7 +49,7 @@ def jobs_cursor(last_id: str) -> str:
 
 def jobs_after(cursor: str) -> str:
     after = decode_cursor(cursor, "j")
-    if not _JOB_ID.match(after):
+    if not JOB_ID_FORM.fullmatch(after):
         raise CursorError(cursor)
     return after
 

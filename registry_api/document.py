@@ -18,6 +18,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from tickwheel.domain import (
+    JOB_ID_PATTERN,
     DstGap,
     DstOverlap,
     JobKind,
@@ -43,7 +44,6 @@ from tickwheel.targets import TargetError, check_headers, check_target_url
 
 log = logging.getLogger(__name__)
 
-JOB_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 MAX_ATTEMPTS_LIMIT = 100
 TIMEOUT_LIMIT_MS = 24 * 3600 * 1000  # one day

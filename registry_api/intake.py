@@ -54,7 +54,14 @@ from tickwheel.db import DB_ERRORS, is_data_error
 from tickwheel.domain import RegistrationOp
 from tickwheel.envelopes import EnvelopeError, Registration, Rejection
 from tickwheel.faults import crash_point, fail_point
-from tickwheel.kafka import BatchConsumer, Outgoing, PublishError, publish_confirmed
+from tickwheel.kafka import (
+    PRODUCER_MESSAGE_MAX_BYTES,
+    BatchConsumer,
+    Outgoing,
+    PublishError,
+    publish_reports,
+    value_room,
+)
 from tickwheel.registry_api.auth import KEY_CACHE_TTL_S
 from tickwheel.registry_api.document import (
     JobValidationError,
@@ -73,19 +80,9 @@ log = logging.getLogger("tickwheel.registry.intake")
 
 RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # seconds, then stays at the last
 REFUSED = {Outcome.NOT_FOUND: "no such job", Outcome.CONFLICT: "not allowed in the job's status"}
-# librdkafka's default `message.max.bytes`, set explicitly on the rejections' producer
-# (service.make_intake): the size a rejection (key, value and record overhead) must stay under.
-PRODUCER_MESSAGE_MAX_BYTES = 1_000_000
-# What a record adds to its key and value in librdkafka's size check (v2 record overhead is
-# under 100 bytes); the rest of the margin is slack.
-RECORD_OVERHEAD_BYTES = 512
 # A key longer than this is replaced by `sha256:<hex>` on the rejected topic: the key must not
 # crowd out the reason. Job ids are at most 128 characters, so only garbage is affected.
 REJECTION_KEY_MAX_BYTES = 4096
-# When the broker refuses a rejection as too large anyway (a topic limit below ours), it is
-# sent again in a message at most this large: room for the longest reason (2,000 characters,
-# 12 KB if every one is JSON-escaped), the longest key and the original's size and digest.
-REJECTION_FALLBACK_BYTES = 32 * 1024
 _UNAVAILABLE = (
     *DB_ERRORS,
     TimeoutError,
@@ -534,23 +531,11 @@ class RegistrationIntake:
             item.message.partition() or 0,
             item.message.offset() or 0,
             item.message.value() or b"",
-            max_bytes - RECORD_OVERHEAD_BYTES - len(key or b""),
+            value_room(max_bytes, key),
         )
         return Outgoing(self.rejected_topic, key=key, value=rejection.encode())
 
     def _publish_rejections(self, rejected: list[_Rejected]) -> None:
-        outgoing = [self._outgoing(item, self.message_max_bytes) for item in rejected]
-        failed = publish_confirmed(self.producer, outgoing)
-        too_large = [i for i, error in failed.items() if "MSG_SIZE_TOO_LARGE" in error]
-        if too_large:
-            # Something on the way (the topic's max.message.bytes) allows less than our
-            # producer: send these again quoting only the original's size and digest.
-            log.warning("%d rejection(s) refused as too large; resending cut", len(too_large))
-            again = publish_confirmed(
-                self.producer,
-                [self._outgoing(rejected[i], REJECTION_FALLBACK_BYTES) for i in too_large],
-            )
-            failed = {i: e for i, e in failed.items() if i not in too_large}
-            failed.update({too_large[j]: error for j, error in again.items()})
+        failed = publish_reports(self.producer, rejected, self._outgoing, self.message_max_bytes)
         if failed:
             raise PublishError(failed)

@@ -11,8 +11,9 @@ from typing import Annotated
 from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from tickwheel.domain import JOB_ID_PATTERN
 from tickwheel.registry_api.auth import AuthProblem, FailedAuthLimiter, KeyCache, authenticate
-from tickwheel.registry_api.document import JOB_ID_PATTERN, Limits
+from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.errors import ApiError
 from tickwheel.registry_api.metrics import Metrics
 from tickwheel.registry_api.store import PAGE_LIMIT_MAX, RegistryStore

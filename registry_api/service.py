@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from tickwheel import db
 from tickwheel.config import Settings
-from tickwheel.kafka import consumer, producer
+from tickwheel.kafka import PRODUCER_MESSAGE_MAX_BYTES, consumer, producer
 from tickwheel.registry_api.document import Limits
-from tickwheel.registry_api.intake import PRODUCER_MESSAGE_MAX_BYTES, RegistrationIntake
+from tickwheel.registry_api.intake import RegistrationIntake
 from tickwheel.registry_api.on_demand import RunLimits
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import PartState, Process, tune_gc

@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 
 from tickwheel.domain import PRIORITIES, run_key
 from tickwheel.envelopes import DeadLetter
-from tickwheel.kafka import Outgoing, PublishError, publish_confirmed
+from tickwheel.kafka import Outgoing, PublishError, publish_confirmed, publish_reports, value_room
 from tickwheel.shards.store import Dead, Dispatch
 from tickwheel.topics import Topics
 
@@ -84,28 +84,26 @@ class Outbox:
         """Publish dead letters to the DLQ and wait for every ack, else PublishError."""
         if not dead:
             return
-        messages = []
-        for item in dead:
-            letter = DeadLetter(
-                run=item.run.envelope(item.epoch),
-                error=item.error,
-                attempts=item.run.attempt,
-                dead_at=item.dead_at_ms,
-            )
-            messages.append(
-                Outgoing(
-                    self.topics.dlq,
-                    letter.encode(),
-                    key=item.run.job_id,
-                    headers=letter.run.headers(),  # type: ignore[arg-type]
-                )
-            )
         loop = asyncio.get_running_loop()
         failed = await loop.run_in_executor(
-            self._threads, publish_confirmed, self.producer, messages
+            self._threads, publish_reports, self.producer, dead, self._letter
         )
         if failed:
             raise PublishError(failed)
+
+    def _letter(self, item: Dead, max_bytes: int) -> Outgoing:
+        """A dead letter fitted to one message of `max_bytes`."""
+        env = item.run.envelope(item.epoch)
+        headers = env.headers()
+        letter = DeadLetter(
+            run=env, error=item.error, attempts=item.run.attempt, dead_at=item.dead_at_ms
+        )
+        return Outgoing(
+            self.topics.dlq,
+            letter.fitted(value_room(max_bytes, item.run.job_id, headers)).encode(),
+            key=item.run.job_id,
+            headers=list(headers),
+        )
 
     def close(self) -> None:
         self._threads.shutdown(wait=True)

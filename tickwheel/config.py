@@ -50,7 +50,12 @@ class Settings(BaseSettings):
         },
         description="relative share of worker polls per priority topic",
     )
-    payload_limit_bytes: int = Field(262_144, ge=1, description="max job payload, bytes")
+    # At most 512 KiB: a run envelope carries the payload as Postgres prints it (up to 1.5x the
+    # JSON a user sent) and must fit one Kafka message (1,000,000 bytes), else it could never
+    # be published.
+    payload_limit_bytes: int = Field(
+        262_144, ge=1, le=524_288, description="max job payload, bytes (at most 524288)"
+    )
     target_allowlist: list[str] = Field(
         default_factory=list,
         description="URL prefixes HTTP targets may call (JSON list); empty: no HTTP targets",

@@ -55,10 +55,18 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from tickwheel.schedule import DstGap, DstOverlap, MisfirePolicy, OverlapPolicy
+from tickwheel.schedule.zones import MAX_INSTANT_S, MIN_INSTANT_S
 
 __all__ = [
+    "ATTEMPT_MAX",
+    "INSTANT_MAX_MS",
+    "INSTANT_MIN_MS",
     "IN_FLIGHT",
+    "JOB_ID_FORM",
+    "JOB_ID_PATTERN",
     "PRIORITIES",
+    "TENANT_FORM",
+    "TENANT_PATTERN",
     "TERMINAL",
     "DstGap",
     "DstOverlap",
@@ -157,7 +165,23 @@ class RunKeyError(ValueError):
     """A string that is not a run key."""
 
 
-_RUN_KEY_FORM = re.compile(r"^(?P<tenant>[^/@]+)/(?P<job_id>[^/@]+)@(?P<ms>-?\d+)$")
+# The forms of a run's identity parts, as the database's CHECK constraints hold them
+# (`tenants_name_form`, `jobs_id_form`): a tenant name and a job id. Anything a message names
+# is checked against these before it reaches a statement, so a NUL or an endless string is
+# refused while decoding, not by Postgres in the middle of a batch.
+TENANT_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+JOB_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+TENANT_FORM = re.compile(TENANT_PATTERN)
+JOB_ID_FORM = re.compile(JOB_ID_PATTERN)
+# The instants a run can be scheduled at (UTC unix ms, [min, max)): those a schedule or a
+# one-off instant can name (years 1900 to 8999).
+INSTANT_MIN_MS = MIN_INSTANT_S * 1000
+INSTANT_MAX_MS = MAX_INSTANT_S * 1000
+ATTEMPT_MAX = 2**31 - 1  # `job_runs.attempt` is an integer (int32)
+
+# At most 19 digits: a longer number is no instant a run can have (and Python's int() of
+# thousands of digits is refused by the interpreter, not by this form).
+_RUN_KEY_FORM = re.compile(r"^(?P<tenant>[^/@]+)/(?P<job_id>[^/@]+)@(?P<ms>-?\d{1,19})$")
 
 
 def job_key(tenant: str, job_id: str) -> str:

@@ -2,7 +2,14 @@
 
 Every run envelope carries `"v": 1`; a decoder refuses versions it does not know and any
 missing or mistyped field with an `EnvelopeError` naming the field, so a consumer can route the
-message (dead-letter, rejection topic) instead of crashing on it.
+message (dead-letter, rejection topic) instead of crashing on it. A run envelope's identity and
+numbers must also be values the run ledger can hold (the tenant and job id forms, instants of
+the years 1900-8999, attempts within an int32): a message naming anything else is refused
+here, never by Postgres in the middle of a worker's batch claim.
+
+What a consumer writes back about a message it could not use (a rejection, an unreadable run,
+a dead letter) always fits in one Kafka message: `fitted` cuts the quoted original (keeping its
+size and SHA-256) and the free text, so a huge message cannot make its own report unsendable.
 """
 
 from __future__ import annotations
@@ -13,13 +20,24 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from tickwheel import domain
-from tickwheel.domain import RegistrationOp, run_key
+from tickwheel.domain import (
+    ATTEMPT_MAX,
+    INSTANT_MAX_MS,
+    INSTANT_MIN_MS,
+    JOB_ID_FORM,
+    PRIORITIES,
+    TENANT_FORM,
+    RegistrationOp,
+    RunOrigin,
+    run_key,
+)
 
 __all__ = [
     "DeadLetter",
@@ -33,6 +51,8 @@ __all__ = [
 
 RUN_ENVELOPE_VERSION = 1
 REGISTRATION_OPS = tuple(op.value for op in RegistrationOp)
+INT64_MAX = 2**63 - 1
+RUN_ORIGINS = tuple(o.value for o in RunOrigin)
 
 
 class EnvelopeError(ValueError):
@@ -94,6 +114,30 @@ def _take(
     return value
 
 
+def _take_int(obj: dict[str, Any], name: str, low: int, high: int, optional: bool = False) -> Any:
+    """An integer field within [low, high]."""
+    value = _take(obj, name, int, optional)
+    if value is not None and not low <= value <= high:
+        raise EnvelopeError(f"field {name!r} must be an integer from {low} to {high}")
+    return value
+
+
+def _take_form(obj: dict[str, Any], name: str, form: re.Pattern[str], what: str) -> str:
+    value: str = _take(obj, name, str)
+    if not form.fullmatch(value):
+        raise EnvelopeError(f"field {name!r} must be {what}")
+    return value
+
+
+def _take_choice(
+    obj: dict[str, Any], name: str, choices: tuple[str, ...], optional: bool = False
+) -> Any:
+    value = _take(obj, name, str, optional)
+    if value is not None and value not in choices:
+        raise EnvelopeError(f"field {name!r} must be one of {', '.join(choices)}")
+    return value
+
+
 @dataclass(frozen=True)
 class RunEnvelope:
     """One run, as a shard leader publishes it to `runs.{priority}`."""
@@ -152,17 +196,17 @@ class RunEnvelope:
             raise EnvelopeError(f"unknown run envelope version {version}")
         env = cls(
             run_key=_take(obj, "run_key", str),
-            tenant=_take(obj, "tenant", str),
-            job_id=_take(obj, "job_id", str),
-            scheduled_at=_take(obj, "scheduled_at", int),
-            attempt=_take(obj, "attempt", int),
-            epoch=_take(obj, "epoch", int),
-            priority=_take(obj, "priority", str),
+            tenant=_take_form(obj, "tenant", TENANT_FORM, "a tenant name: [A-Za-z0-9._-]{1,64}"),
+            job_id=_take_form(obj, "job_id", JOB_ID_FORM, "a job id: [A-Za-z0-9._:-]{1,128}"),
+            scheduled_at=_take_int(obj, "scheduled_at", INSTANT_MIN_MS, INSTANT_MAX_MS - 1),
+            attempt=_take_int(obj, "attempt", 1, ATTEMPT_MAX),
+            epoch=_take_int(obj, "epoch", 0, INT64_MAX),
+            priority=_take_choice(obj, "priority", PRIORITIES),
             payload=obj.get("payload"),
-            timeout_ms=_take(obj, "timeout_ms", int),
+            timeout_ms=_take_int(obj, "timeout_ms", 1, INT64_MAX),
             handler=_take(obj, "handler", str, optional=True),
             target=_take(obj, "target", dict, optional=True),
-            origin=_take(obj, "origin", str, optional=True),
+            origin=_take_choice(obj, "origin", RUN_ORIGINS, optional=True),
         )
         if parse_run_key(env.run_key) != (env.tenant, env.job_id, env.scheduled_at):
             raise EnvelopeError("field 'run_key' does not match tenant, job_id and scheduled_at")
@@ -173,15 +217,71 @@ class RunEnvelope:
         return cls.from_dict(_loads(raw))
 
 
+# Free text quoted in a report (a rejection's reason, a run's error) longer than this is cut,
+# with "…": it may quote input (a field path, a key, an exception's message), and input can be
+# as large as the message itself.
+TEXT_MAX_CHARS = 2000
+REJECTION_REASON_MAX_CHARS = TEXT_MAX_CHARS  # its name where rejections are concerned
+
+
+def cut_text(text: str, max_chars: int = TEXT_MAX_CHARS) -> str:
+    """`text`, or its first characters and "…" when it is longer than `max_chars`."""
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+
+_Fitted = TypeVar("_Fitted", "Rejection", "UnreadableRun")
+
+
+def _fit_original(
+    build: Callable[[bytes, int | None, str | None], _Fitted], original: bytes, max_bytes: int
+) -> _Fitted:
+    """`build(original, size, sha256)` with the whole original if its encoding fits in
+    `max_bytes`, else with as much of the original's start as fits beside its size and digest."""
+    # base64 makes 4 bytes of 3: skip encoding what cannot fit anyway.
+    if len(original) // 3 * 4 < max_bytes:
+        whole = build(original, None, None)
+        if len(whole.encode()) <= max_bytes:
+            return whole
+    digest = hashlib.sha256(original).hexdigest()
+    room = max_bytes - len(build(b"", len(original), digest).encode())
+    if room < 0:
+        raise ValueError(f"a report of this message cannot fit in {max_bytes} bytes")
+    return build(original[: room // 4 * 3], len(original), digest)
+
+
+def _quote(body: dict[str, Any], original: bytes, size: int | None, sha256: str | None) -> None:
+    """The quoted original, and when it was cut, its whole size and digest."""
+    body["original"] = base64.b64encode(original).decode()
+    if size is not None:
+        body["truncated"] = True
+        body["original_size"] = size
+        body["original_sha256"] = sha256
+
+
+def _unquote(obj: dict[str, Any]) -> tuple[bytes, int | None, str | None, bool]:
+    truncated = _take(obj, "truncated", bool, optional=True) or False
+    return (
+        _b64(_take(obj, "original", str)),
+        _take(obj, "original_size", int, optional=not truncated),
+        _take(obj, "original_sha256", str, optional=not truncated),
+        truncated,
+    )
+
+
 @dataclass(frozen=True)
 class DeadLetter:
-    """A run that exhausted its attempts (or failed permanently), for `runs.dlq`."""
+    """A run that exhausted its attempts (or failed permanently), for `runs.dlq`.
+
+    `payload_omitted` is set (`{"size", "sha256"}` of the payload's JSON) when the payload
+    was left out so that the letter fits one message (`fitted`); the job's row keeps it.
+    """
 
     run: RunEnvelope
     error: str
     attempts: int
     dead_at: int  # unix milliseconds, UTC
     worker: str | None = None  # the worker that recorded the last attempt, when one did
+    payload_omitted: dict[str, Any] | None = None
 
     def encode(self) -> bytes:
         body = {
@@ -192,7 +292,25 @@ class DeadLetter:
         }
         if self.worker is not None:
             body["worker"] = self.worker
+        if self.payload_omitted is not None:
+            body["payload_omitted"] = self.payload_omitted
         return orjson.dumps(body)
+
+    def fitted(self, max_bytes: int) -> DeadLetter:
+        """This letter with its error cut to TEXT_MAX_CHARS and, if it still does not fit in
+        `max_bytes`, without its payload (size and digest kept)."""
+        letter = dataclasses.replace(self, error=cut_text(self.error))
+        if len(letter.encode()) <= max_bytes:
+            return letter
+        payload = orjson.dumps(self.run.payload)
+        letter = dataclasses.replace(
+            letter,
+            run=dataclasses.replace(self.run, payload=None),
+            payload_omitted={"size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()},
+        )
+        if len(letter.encode()) > max_bytes:
+            raise ValueError(f"a dead letter cannot fit in {max_bytes} bytes")
+        return letter
 
     @classmethod
     def decode(cls, raw: bytes) -> DeadLetter:
@@ -203,6 +321,7 @@ class DeadLetter:
             attempts=_take(obj, "attempts", int),
             dead_at=_take(obj, "dead_at", int),
             worker=_take(obj, "worker", str, optional=True),
+            payload_omitted=_take(obj, "payload_omitted", dict, optional=True),
         )
 
 
@@ -212,7 +331,9 @@ class UnreadableRun:
 
     `{"kind": "unreadable", "error": reason, "source": {"topic", "partition", "offset"},
     "original": <base64 of the exact bytes>, "worker": id, "dead_at": unix ms}`: no run fields,
-    since none could be trusted; `kind` tells it apart from a `DeadLetter`.
+    since none could be trusted; `kind` tells it apart from a `DeadLetter`. As on the rejected
+    topic, an original too large to quote whole beside the rest is cut (`fitted`):
+    `"truncated": true`, `original_size` and `original_sha256` then describe the whole message.
     """
 
     error: str
@@ -222,20 +343,39 @@ class UnreadableRun:
     original: bytes = field(repr=False)
     worker: str = ""
     dead_at: int = 0  # unix milliseconds, UTC
+    original_size: int | None = None  # bytes of the whole message; set when truncated
+    original_sha256: str | None = None  # hex SHA-256 of the whole message; set when truncated
+    truncated: bool = False
 
     KIND = "unreadable"
 
-    def encode(self) -> bytes:
-        return orjson.dumps(
-            {
-                "kind": self.KIND,
-                "error": self.error,
-                "source": {"topic": self.topic, "partition": self.partition, "offset": self.offset},
-                "original": base64.b64encode(self.original).decode(),
-                "worker": self.worker,
-                "dead_at": self.dead_at,
-            }
+    def fitted(self, max_bytes: int) -> UnreadableRun:
+        """This record, its reason cut to TEXT_MAX_CHARS and its original cut (with size and
+        digest) if need be, so that its encoding is at most `max_bytes`."""
+        error = cut_text(self.error)
+        return _fit_original(
+            lambda original, size, digest: dataclasses.replace(
+                self,
+                error=error,
+                original=original,
+                original_size=size,
+                original_sha256=digest,
+                truncated=size is not None,
+            ),
+            self.original,
+            max_bytes,
         )
+
+    def encode(self) -> bytes:
+        body: dict[str, Any] = {
+            "kind": self.KIND,
+            "error": self.error,
+            "source": {"topic": self.topic, "partition": self.partition, "offset": self.offset},
+            "worker": self.worker,
+            "dead_at": self.dead_at,
+        }
+        _quote(body, self.original, self.original_size, self.original_sha256)
+        return orjson.dumps(body)
 
     @classmethod
     def decode(cls, raw: bytes) -> UnreadableRun:
@@ -243,14 +383,18 @@ class UnreadableRun:
         if obj.get("kind") != cls.KIND:
             raise EnvelopeError(f"field 'kind' must be {cls.KIND!r}")
         source = _take(obj, "source", dict)
+        original, size, digest, truncated = _unquote(obj)
         return cls(
             error=_take(obj, "error", str),
             topic=_take(source, "topic", str),
             partition=_take(source, "partition", int),
             offset=_take(source, "offset", int),
-            original=_b64(_take(obj, "original", str)),
+            original=original,
             worker=_take(obj, "worker", str),
             dead_at=_take(obj, "dead_at", int),
+            original_size=size,
+            original_sha256=digest,
+            truncated=truncated,
         )
 
 
@@ -332,11 +476,6 @@ class Registration:
         )
 
 
-# A reason longer than this is cut (with "…"): a reason quotes input (a field path, a key), and
-# input can be as large as the message itself.
-REJECTION_REASON_MAX_CHARS = 2000
-
-
 @dataclass(frozen=True)
 class Rejection:
     """What `registrations.rejected` holds: the reason, where it came from, the original bytes.
@@ -361,49 +500,34 @@ class Rejection:
     ) -> Rejection:
         """A rejection whose encoding is at most `max_bytes`: the reason cut to
         REJECTION_REASON_MAX_CHARS, the original cut (with its size and digest) if need be."""
-        if len(reason) > REJECTION_REASON_MAX_CHARS:
-            reason = reason[: REJECTION_REASON_MAX_CHARS - 1] + "…"
-        whole = cls(reason, partition, offset, original)
-        # base64 makes 4 bytes of 3: skip encoding what cannot fit anyway.
-        if len(original) // 3 * 4 < max_bytes and len(whole.encode()) <= max_bytes:
-            return whole
-        empty = cls(
-            reason,
-            partition,
-            offset,
-            b"",
-            original_size=len(original),
-            original_sha256=hashlib.sha256(original).hexdigest(),
-            truncated=True,
+        reason = cut_text(reason, REJECTION_REASON_MAX_CHARS)
+        return _fit_original(
+            lambda cut, size, digest: cls(
+                reason, partition, offset, cut, size, digest, truncated=size is not None
+            ),
+            original,
+            max_bytes,
         )
-        room = max_bytes - len(empty.encode())
-        if room < 0:
-            raise ValueError(f"a rejection cannot fit in {max_bytes} bytes")
-        return dataclasses.replace(empty, original=original[: room // 4 * 3])
 
     def encode(self) -> bytes:
         body: dict[str, Any] = {
             "reason": self.reason,
             "source": {"partition": self.partition, "offset": self.offset},
-            "original": base64.b64encode(self.original).decode(),
         }
-        if self.truncated:
-            body["truncated"] = True
-            body["original_size"] = self.original_size
-            body["original_sha256"] = self.original_sha256
+        _quote(body, self.original, self.original_size, self.original_sha256)
         return orjson.dumps(body)
 
     @classmethod
     def decode(cls, raw: bytes) -> Rejection:
         obj = _loads(raw)
         source = _take(obj, "source", dict)
-        truncated = _take(obj, "truncated", bool, optional=True) or False
+        original, size, digest, truncated = _unquote(obj)
         return cls(
             reason=_take(obj, "reason", str),
             partition=_take(source, "partition", int),
             offset=_take(source, "offset", int),
-            original=_b64(_take(obj, "original", str)),
-            original_size=_take(obj, "original_size", int, optional=not truncated),
-            original_sha256=_take(obj, "original_sha256", str, optional=not truncated),
+            original=original,
+            original_size=size,
+            original_sha256=digest,
             truncated=truncated,
         )

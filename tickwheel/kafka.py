@@ -36,6 +36,18 @@ POLL_TIMEOUT_S = 0.5  # how long one `batch()` waits for a first message
 # database transaction per few messages would cost more than the wait.
 BATCH_LINGER_S = 0.05
 DELIVERY_TIMEOUT_S = 30.0  # how long a confirmed publish waits for the broker's acks
+# librdkafka's default `message.max.bytes`, set explicitly on every producer that writes reports
+# of other messages (rejections, dead letters): the size such a report (key, value, headers and
+# record overhead) must stay under.
+PRODUCER_MESSAGE_MAX_BYTES = 1_000_000
+# What a record adds to its key, value and headers in librdkafka's size check (v2 record
+# overhead is under 100 bytes); the rest of the margin is slack.
+RECORD_OVERHEAD_BYTES = 512
+# When the broker refuses a report as too large anyway (a topic's max.message.bytes below our
+# producer's), it is sent again built for at most this many bytes: room for the longest
+# reason (2,000 characters, 12 KB if every one is JSON-escaped), a key and the original's size
+# and digest.
+FALLBACK_MESSAGE_BYTES = 32 * 1024
 QUEUE_FULL_WAIT_S = 0.1  # producer queue full: serve delivery reports this long, then retry
 
 T = TypeVar("T")
@@ -435,6 +447,36 @@ class PublishError(RuntimeError):
 
 
 SERVE_EVERY = 1000  # messages produced between two servings of delivery reports
+
+
+def value_room(max_bytes: int, key: bytes | str | None, headers: Sequence[Any] = ()) -> int:
+    """Bytes left for a value beside this key and these headers in a message of `max_bytes`."""
+    used = RECORD_OVERHEAD_BYTES + len(key or b"")
+    for name, value in headers:
+        used += len(name) + len(value or b"")
+    return max_bytes - used
+
+
+def publish_reports(
+    producer: Producer,
+    items: Sequence[T],
+    build: Callable[[T, int], Outgoing],
+    max_bytes: int = PRODUCER_MESSAGE_MAX_BYTES,
+) -> dict[int, str]:
+    """A confirmed publish of reports about other messages (rejections, dead letters), each
+    built by `build(item, max_bytes)` to fit one message; those the broker refuses as too large
+    (a topic allowing less than our producer) are built again for FALLBACK_MESSAGE_BYTES and
+    sent once more. Returns {index: error} as `publish_confirmed` does."""
+    failed = publish_confirmed(producer, [build(item, max_bytes) for item in items])
+    too_large = [i for i, error in failed.items() if "MSG_SIZE_TOO_LARGE" in error]
+    if too_large:
+        log.warning("%d report(s) refused as too large; resending cut", len(too_large))
+        again = publish_confirmed(
+            producer, [build(items[i], FALLBACK_MESSAGE_BYTES) for i in too_large]
+        )
+        failed = {i: e for i, e in failed.items() if i not in too_large}
+        failed.update({too_large[j]: error for j, error in again.items()})
+    return failed
 
 
 def publish_confirmed(

@@ -78,15 +78,17 @@ from confluent_kafka import (
 from tickwheel.clock import ms_to_datetime, now_ms
 from tickwheel.config import Settings
 from tickwheel.db import DB_ERRORS
-from tickwheel.domain import PRIORITIES, RunStatus
-from tickwheel.envelopes import DeadLetter, EnvelopeError, RunEnvelope, UnreadableRun
+from tickwheel.domain import INSTANT_MAX_MS, INSTANT_MIN_MS, PRIORITIES, RunStatus
+from tickwheel.envelopes import DeadLetter, EnvelopeError, RunEnvelope, UnreadableRun, cut_text
 from tickwheel.faults import crash_point
 from tickwheel.kafka import (
+    PRODUCER_MESSAGE_MAX_BYTES,
     BatchConsumer,
     ContiguousOffsets,
     Outgoing,
     PublishError,
-    publish_confirmed,
+    publish_reports,
+    value_room,
 )
 from tickwheel.runtime import Process
 from tickwheel.topics import Topics
@@ -196,6 +198,7 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="handler")
         self._lag_labels: set[tuple[str, str]] = set()
+        self._claim_failures = 0  # claims failed in a row (the database unavailable)
         self.source = BatchConsumer(
             consumer,
             list(self.level_of),
@@ -253,7 +256,12 @@ class Worker:
                             generation,
                             self.level_of[tp[0]],
                             env,
-                            stamp if kind != TIMESTAMP_NOT_AVAILABLE and stamp > 0 else None,
+                            # A producer sets the timestamp it likes: one that is no instant a
+                            # run can hold is not recorded (it would fail the batch's claim).
+                            stamp
+                            if kind != TIMESTAMP_NOT_AVAILABLE
+                            and INSTANT_MIN_MS < stamp < INSTANT_MAX_MS
+                            else None,
                             raw,
                         )
                     )
@@ -396,13 +404,37 @@ class Worker:
             (d.run, d.env.attempt): Attempted(d.run, d.env.attempt, d.published_ms) for d in picked
         }
         try:
-            claims = await self.store.claim(list(wanted.values()))
-        except DB_ERRORS:
-            log.exception("claiming %d runs failed; they wait in the queue", len(wanted))
+            claims, refused = await self.store.claim_isolating(list(wanted.values()))
+        except DB_ERRORS as exc:
+            self._claim_failures += 1
+            pause_s = DB_RETRY_BACKOFF_S[min(self._claim_failures, len(DB_RETRY_BACKOFF_S)) - 1]
+            if self._claim_failures == 1:
+                log.exception("claiming %d runs failed; they wait in the queue", len(wanted))
+            else:  # one traceback per outage, not one per attempt
+                log.warning(
+                    "claiming %d runs failed again (%d in a row; next try in %.1f s): %s",
+                    len(wanted),
+                    self._claim_failures,
+                    pause_s,
+                    exc,
+                )
             for d in reversed(picked):
                 self.queues[d.level].appendleft(d)
-            await asyncio.sleep(DB_RETRY_BACKOFF_S[0])
+            await asyncio.sleep(pause_s)
             return
+        self._claim_failures = 0
+        if refused:
+            kept = []
+            for d in picked:
+                reason = refused.get((d.run, d.env.attempt))
+                if reason is None:
+                    kept.append(d)
+                else:
+                    log.warning(
+                        "delivery of %s refused by the database; dead-lettered", d.env.run_key
+                    )
+                    self._dead_letter(d.tp, d.offset, d.generation, d.raw, reason)
+            picked = kept
         unclaimed: list[Delivery] = []
         for d in picked:
             claim = claims.get(d.run)
@@ -511,7 +543,9 @@ class Worker:
             self.metrics.in_flight.set(self.executing)
             self.wake.set()
         decision = decide(
-            error=error,
+            # An exception's message can be as large as the handler likes: the row and the
+            # dead letter keep its start.
+            error=None if error is None else cut_text(error),
             permanent=permanent,
             attempt=claim.attempt,
             max_attempts=claim.max_attempts,
@@ -586,24 +620,12 @@ class Worker:
         finished = [f for f in batch if isinstance(f, Finished)]
         unreadable = [u for u in batch if isinstance(u, Unreadable)]
         dead = [f for f in finished if f.decision.status is RunStatus.DEAD]
-        letters = [
-            Outgoing(
-                self.topics.dlq,
-                key=f.delivery.env.job_id,
-                value=DeadLetter(
-                    run=f.delivery.env,
-                    error=f.decision.error or "",
-                    attempts=f.claim.attempt,
-                    dead_at=now_ms(),
-                    worker=self.worker_id,
-                ).encode(),
-                headers=list(f.delivery.env.headers()),
-            )
-            for f in dead
-        ] + [Outgoing(self.topics.dlq, value=u.record.encode()) for u in unreadable]
+        letters: list[Finished | Unreadable] = [*dead, *unreadable]
         if letters:
             loop = asyncio.get_running_loop()
-            failed = await loop.run_in_executor(None, publish_confirmed, self.producer, letters)
+            failed = await loop.run_in_executor(
+                None, publish_reports, self.producer, letters, self._letter
+            )
             if failed:
                 raise PublishError(failed)
             self.metrics.dlq.labels("dead").inc(len(dead))
@@ -644,6 +666,28 @@ class Worker:
         for u in unreadable:
             self.offsets.done(u.tp, u.offset, u.generation)
         await self.source.store_positions(self.offsets.advanced())
+
+    def _letter(self, item: Finished | Unreadable, max_bytes: int) -> Outgoing:
+        """The DLQ message of a dead run or an unreadable delivery, fitted to `max_bytes`."""
+        if isinstance(item, Unreadable):
+            return Outgoing(
+                self.topics.dlq, value=item.record.fitted(value_room(max_bytes, None)).encode()
+            )
+        env = item.delivery.env
+        headers = env.headers()
+        letter = DeadLetter(
+            run=env,
+            error=item.decision.error or "",
+            attempts=item.claim.attempt,
+            dead_at=now_ms(),
+            worker=self.worker_id,
+        )
+        return Outgoing(
+            self.topics.dlq,
+            key=env.job_id,
+            value=letter.fitted(value_room(max_bytes, env.job_id, headers)).encode(),
+            headers=list(headers),
+        )
 
     # --- heartbeat ----------------------------------------------------------------------------
 
@@ -708,7 +752,10 @@ def make_worker(
                 "partition.assignment.strategy": WORKER_ASSIGNOR,
             },
         ),
-        producer(settings.effective_kafka, **{"linger.ms": 1}),
+        producer(
+            settings.effective_kafka,
+            **{"linger.ms": 1, "message.max.bytes": PRODUCER_MESSAGE_MAX_BYTES},
+        ),
         worker_id,
         concurrency=concurrency,
         metrics=metrics,

@@ -6,15 +6,19 @@ names runs by their run key's parts; `workers/service.py` decides what to write.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
+from tickwheel.db import DB_ERRORS, is_data_error
 from tickwheel.domain import RunStatus
 from tickwheel.envelopes import loads_exact
 from tickwheel.queries import QUERIES
+
+log = logging.getLogger("tickwheel.worker")
 
 RunId = tuple[str, str, int]  # tenant, job_id, scheduled_at (unix ms)
 
@@ -115,6 +119,26 @@ class RunStore:
             )
             for r in rows
         }
+
+    async def claim_isolating(
+        self, items: Sequence[Attempted]
+    ) -> tuple[dict[RunId, Claim], dict[tuple[RunId, int], str]]:
+        """`claim`, except that when the database refuses the statement for its data (a value
+        the run row cannot hold that decoding let through), the halves are claimed apart until
+        each culprit is alone: the rest of the batch is claimed. Returns the claims and, per
+        refused (run, attempt), the database's reason. An unavailable database raises."""
+        try:
+            return await self.claim(items), {}
+        except DB_ERRORS as exc:
+            if not is_data_error(exc):
+                raise
+            if len(items) == 1:
+                return {}, {(items[0].run, items[0].attempt): f"the database refused it: {exc}"}
+            log.warning("a claim of %d runs was refused for its data; isolating it", len(items))
+        half = len(items) // 2
+        first, refused_first = await self.claim_isolating(items[:half])
+        second, refused_second = await self.claim_isolating(items[half:])
+        return first | second, refused_first | refused_second
 
     async def statuses(self, runs: Sequence[RunId]) -> dict[RunId, tuple[str, int, bool]]:
         """(status, attempt, held back by buffer_one) of each run that has a row."""

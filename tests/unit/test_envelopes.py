@@ -15,6 +15,7 @@ from tickwheel.envelopes import (
     Registration,
     Rejection,
     RunEnvelope,
+    UnreadableRun,
     loads_exact,
     parse_run_key,
     run_key,
@@ -225,3 +226,103 @@ def test_truncated_rejection_without_its_digest_is_refused() -> None:
     )
     with pytest.raises(EnvelopeError, match="original_size"):
         Rejection.decode(raw)
+
+
+def _valid_body() -> dict[str, object]:
+    return _run().to_dict()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "needle"),
+    [
+        ("scheduled_at", 2**63, "'scheduled_at' must be an integer"),
+        ("scheduled_at", -(2**63) - 1, "'scheduled_at' must be an integer"),
+        ("scheduled_at", 2**62, "'scheduled_at' must be an integer"),
+        ("scheduled_at", -2_300_000_000_000, "'scheduled_at' must be an integer"),
+        ("attempt", 2**31, "'attempt' must be an integer"),
+        ("attempt", 0, "'attempt' must be an integer"),
+        ("epoch", -1, "'epoch' must be an integer"),
+        ("epoch", 2**63, "'epoch' must be an integer"),
+        ("timeout_ms", 0, "'timeout_ms' must be an integer"),
+        ("tenant", "ac\x00me", "'tenant' must be a tenant name"),
+        ("tenant", "acme\n", "'tenant' must be a tenant name"),
+        ("tenant", "a" * 65, "'tenant' must be a tenant name"),
+        ("job_id", "nigh\x00tly", "'job_id' must be a job id"),
+        ("job_id", "x" * 129, "'job_id' must be a job id"),
+        ("priority", "urgent", "'priority' must be one of high, normal, low"),
+        ("origin", "forged", "'origin' must be one of"),
+    ],
+)
+def test_run_envelope_values_the_ledger_cannot_hold_are_refused(
+    field: str, value: object, needle: str
+) -> None:
+    """values Postgres cannot take (int64/int32 overflow, NUL, endless text) fail decoding,
+    naming the field, instead of failing a worker's batch claim (issue 28, high 1)"""
+    body = _valid_body()
+    body[field] = value
+    if field in ("tenant", "job_id", "scheduled_at"):
+        parts = {k: body[k] for k in ("tenant", "job_id", "scheduled_at")}
+        body["run_key"] = f"{parts['tenant']}/{parts['job_id']}@{parts['scheduled_at']}"
+    raw = orjson.dumps(body) if not isinstance(value, int) or abs(value) < 2**63 else None
+    if raw is None:  # orjson refuses integers beyond 64 bits: write the number by hand
+        raw = orjson.dumps({**body, field: 0}).replace(
+            f'"{field}":0'.encode(), f'"{field}":{value}'.encode()
+        )
+    with pytest.raises(EnvelopeError, match=needle):
+        RunEnvelope.decode(raw)
+
+
+def test_the_issue_repro_envelope_is_refused() -> None:
+    """the exact forged envelope of the hostile probe is no run envelope"""
+    raw = (
+        b'{"v": 1, "run_key": "acme/nightly@9223372036854775808", "tenant": "acme",'
+        b' "job_id": "nightly", "scheduled_at": 9223372036854775808, "attempt": 1, "epoch": 1,'
+        b' "priority": "low", "payload": {}, "timeout_ms": 1000, "handler": "x.y"}'
+    )
+    with pytest.raises(EnvelopeError, match="scheduled_at"):
+        RunEnvelope.decode(raw)
+
+
+def test_a_run_key_of_thousands_of_digits_is_an_envelope_error() -> None:
+    """a run key's instant of 5,000 digits is refused as malformed, not by int()'s digit limit"""
+    with pytest.raises(EnvelopeError, match="run_key"):
+        parse_run_key("acme/job@" + "9" * 5000)
+
+
+@pytest.mark.parametrize("size", [780_000, 900_000, 5_000_000])
+def test_an_unreadable_run_always_fits_one_message(size: int) -> None:
+    """a huge message's unreadable record is cut to fit, keeping its size and SHA-256"""
+    raw = b"G" * size
+    record = UnreadableRun("value is not JSON", "p.runs.low", 0, 7, raw, "w-1", 1).fitted(999_000)
+    encoded = record.encode()
+    assert len(encoded) <= 999_000
+    assert record.truncated and record.original_size == size
+    assert record.original_sha256 == hashlib.sha256(raw).hexdigest()
+    assert raw.startswith(record.original) and len(record.original) > 600_000
+    assert UnreadableRun.decode(encoded) == record
+
+
+def test_a_small_unreadable_run_keeps_its_bytes_whole() -> None:
+    """a message that fits is quoted exactly, without the cut fields"""
+    record = UnreadableRun("bad", "p.runs.low", 0, 7, b"\x00\xff", "w-1", 1).fitted(10_000)
+    body = orjson.loads(record.encode())
+    assert base64.b64decode(body["original"]) == b"\x00\xff" and "truncated" not in body
+
+
+def test_a_dead_letter_with_an_endless_error_and_payload_fits() -> None:
+    """a dead letter's error is cut and, if still too large, its payload left out with its
+    size and digest"""
+    letter = DeadLetter(
+        run=_run(payload={"blob": "x" * 900_000}), error="E" * 50_000, attempts=3, dead_at=1
+    ).fitted(200_000)
+    encoded = letter.encode()
+    assert len(encoded) <= 200_000
+    assert len(letter.error) == REJECTION_REASON_MAX_CHARS and letter.error.endswith("…")
+    payload = orjson.dumps({"blob": "x" * 900_000})
+    assert letter.payload_omitted == {
+        "size": len(payload),
+        "sha256": hashlib.sha256(payload).hexdigest(),
+    }
+    assert DeadLetter.decode(encoded) == letter
+    small = DeadLetter(run=_run(), error="boom", attempts=1, dead_at=1).fitted(200_000)
+    assert small.payload_omitted is None and small.run.payload == {"n": 1}

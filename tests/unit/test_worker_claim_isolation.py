@@ -1,0 +1,62 @@
+"""A batch claim the database refuses for its data is split until each culprit is alone: the
+rest of the batch is claimed, the culprits come back with the database's reason."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import asyncpg
+import pytest
+
+from tickwheel.workers.store import Attempted, Claim, RunId, RunStore
+
+pytestmark = pytest.mark.unit
+
+
+class _FakeStore(RunStore):
+    """A RunStore whose claim statement fails, as Postgres would, for batches holding a
+    poisoned run; every other run is claimed."""
+
+    def __init__(self, poisoned: set[str], unavailable: bool = False) -> None:
+        super().__init__(pool=None, worker_id="w", lease_ms=1000)  # type: ignore[arg-type]
+        self.poisoned = poisoned
+        self.unavailable = unavailable
+        self.statements = 0
+
+    async def claim(self, items: Sequence[Attempted]) -> dict[RunId, Claim]:
+        self.statements += 1
+        if self.unavailable:
+            raise ConnectionRefusedError("the database is down")
+        if any(i.run[1] in self.poisoned for i in items):
+            raise asyncpg.DataError("value out of int64 range")
+        return {i.run: Claim(i.attempt, 3, 0, 10, 100, None) for i in items}
+
+
+def _items(n: int) -> list[Attempted]:
+    return [Attempted(("acme", f"job-{k}", 1000 + k), 1) for k in range(n)]
+
+
+async def test_one_poisoned_run_is_isolated_and_the_rest_claimed() -> None:
+    """of 64 runs one is refused: 63 are claimed, the one comes back with the reason"""
+    store = _FakeStore({"job-17"})
+    claims, refused = await store.claim_isolating(_items(64))
+    assert len(claims) == 63 and ("acme", "job-17", 1017) not in claims
+    assert list(refused) == [(("acme", "job-17", 1017), 1)]
+    assert "value out of int64 range" in refused[(("acme", "job-17", 1017), 1)]
+    # bisection: about 2 log2(64) statements, not one per run
+    assert store.statements <= 2 * 6 + 1
+
+
+async def test_a_clean_batch_is_one_statement() -> None:
+    """without a culprit the claim is the one statement it always was"""
+    store = _FakeStore(set())
+    claims, refused = await store.claim_isolating(_items(10))
+    assert len(claims) == 10 and refused == {} and store.statements == 1
+
+
+async def test_an_unavailable_database_is_not_taken_for_bad_data() -> None:
+    """a connection failure raises (the batch waits and retries), it is never bisected"""
+    store = _FakeStore(set(), unavailable=True)
+    with pytest.raises(ConnectionRefusedError):
+        await store.claim_isolating(_items(8))
+    assert store.statements == 1
