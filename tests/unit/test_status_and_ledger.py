@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tickwheel.demo import check_ledger
+from tickwheel.deployment import member_data, parse_member_data
 from tickwheel.operations.status import bucket_delta, parse_scheduler_metrics, quantile
-from tickwheel.shards.election import member_data, parse_member_data
 
 pytestmark = pytest.mark.unit
 

@@ -151,7 +151,7 @@ def _read_zookeeper(hosts: str, prefix: str) -> tuple[dict[str, str | None], dic
     from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
 
-    from tickwheel.shards.election import parse_member_data, zk_root
+    from tickwheel.deployment import parse_member_data, zk_root
 
     client = KazooClient(hosts=hosts, timeout=SOURCE_TIMEOUT_S)
     client.start(timeout=SOURCE_TIMEOUT_S)
@@ -257,14 +257,16 @@ def _reason(exc: BaseException) -> str:
 async def collect(settings: Settings, previous: Snapshot | None = None) -> Snapshot:
     """Read every source at once; with `previous`, lag quantiles cover the time since it."""
     from tickwheel.clock import now_ms
-    from tickwheel.workers.service import worker_group
+    from tickwheel.deployment import worker_group
 
     topics = Topics(settings.topic_prefix)
     snap = Snapshot(prefix=settings.topic_prefix, at_ms=now_ms())
     pg, zk, kafka = await asyncio.gather(
         _read_postgres(settings.effective_dsn),
         asyncio.to_thread(_read_zookeeper, settings.effective_zk, settings.topic_prefix),
-        asyncio.to_thread(_read_kafka, settings.effective_kafka, topics, worker_group(settings)),
+        asyncio.to_thread(
+            _read_kafka, settings.effective_kafka, topics, worker_group(settings.topic_prefix)
+        ),
         return_exceptions=True,
     )
     shards = {n: ShardStatus(n) for n in range(settings.shards)}
