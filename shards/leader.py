@@ -33,10 +33,10 @@ Why a crash at any step loses nothing and runs nothing twice in effect:
     - before 2 commits: nothing was written; the job's `next_run_at` is unchanged, so the next
       leader (or this one after a restart) loads it as due and claims it, late, under the
       job's misfire policy;
-    - after 2, before 3 (crash point `scheduler.after_claim`): the pending rows are the outbox;
+    - after 2, before 3 (crash point `scheduler_after_claim`): the pending rows are the outbox;
       the next leader of the shard adopts them at its takeover (`outbox_adopt`: pending rows
       of an earlier epoch) and publishes them with the same attempt;
-    - after 3 (crash point `scheduler.after_publish`): the runs are on Kafka and still
+    - after 3 (crash point `scheduler_after_publish`): the runs are on Kafka and still
       `pending`; the next leader adopts and publishes them once more, and the worker's claim
       `WHERE attempt = … AND status IN ('pending', 'published')` lets only one delivery run
       (I4);
@@ -73,8 +73,8 @@ from typing import Any, cast
 import asyncpg
 
 from tickwheel import db as dbmod
+from tickwheel.crash_points import crash_point
 from tickwheel.domain import JobStatus, OverlapPolicy, RunStatus, job_key, run_key
-from tickwheel.faults import crash_point
 from tickwheel.kafka import PublishError
 from tickwheel.operations.gc import run_gc
 from tickwheel.queries import QUERIES
@@ -384,7 +384,7 @@ class ShardLeader:
                     counts = await store.in_flight(conn, keys) if keys else None
                     batch = plan_claims(chunk, now, self.s.cache, counts)
                     claimed = await store.claim(conn, self.lease, self.cfg.publish_lease_ms, batch)
-                crash_point("scheduler.after_claim")
+                crash_point("scheduler_after_claim")
                 stale: list[tuple[str, str]] = []
                 for entry, next_ms in zip(batch.entries, batch.next_ms, strict=True):
                     if (entry.tenant, entry.job_id) in claimed.jobs:
@@ -468,7 +468,7 @@ class ShardLeader:
             return
         assert self.lease is not None
         acked = await self.s.outbox.publish(runs, self.lease.epoch)
-        crash_point("scheduler.after_publish")
+        crash_point("scheduler_after_publish")
         if len(acked) < len(runs):
             done = {id(r) for r in acked}
             self._unacked.extend(r for r in runs if id(r) not in done)

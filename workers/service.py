@@ -77,11 +77,11 @@ from confluent_kafka import (
 
 from tickwheel.clock import ms_to_datetime, now_ms
 from tickwheel.config import Settings
+from tickwheel.crash_points import crash_point
 from tickwheel.db import DB_ERRORS
 from tickwheel.deployment import worker_group
 from tickwheel.domain import PRIORITIES, RunStatus
 from tickwheel.envelopes import DeadLetter, EnvelopeError, RunEnvelope, UnreadableRun
-from tickwheel.faults import crash_point
 from tickwheel.kafka import (
     BatchConsumer,
     ContiguousOffsets,

@@ -36,10 +36,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tickwheel import PermanentError, handler
 from tickwheel.config import Settings, load_settings
+from tickwheel.crash_points import FAULT_EXIT_CODE
 from tickwheel.deployment import worker_group
 from tickwheel.domain import run_key
 from tickwheel.envelopes import DeadLetter, RunEnvelope, UnreadableRun
-from tickwheel.faults import FAULT_EXIT_CODE
 from tickwheel.kafka import producer
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.http import create_app

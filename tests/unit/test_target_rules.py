@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tickwheel.targets import (
+from tickwheel.target_rules import (
     HEADERS_MAX,
     HEADERS_MAX_BYTES,
     TargetError,

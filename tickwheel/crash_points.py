@@ -1,5 +1,9 @@
 """Named crash points for tests of crash safety (I5): the process dies on the spot, as in a
 power cut, when `TICKWHEEL_FAULT` names the point. Unset in production; one env lookup per call.
+
+Points are named `<process>_<after what>` (`scheduler_after_claim`, `worker_after_dlq`,
+`intake_after_db`); the faults the chaos harness injects from outside a process are another
+thing, in bench/chaos/faults.py.
 """
 
 from __future__ import annotations
