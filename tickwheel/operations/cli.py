@@ -793,7 +793,7 @@ def jobs_backfill(
 @_one_line_errors
 def gc(as_json: bool) -> None:
     """Retention: drop run history and completed one-offs older than TICKWHEEL_RETENTION_DAYS."""
-    from tickwheel.operations.gc import run_gc
+    from tickwheel.maintenance import run_gc
 
     settings = _settings()
     report = _with_db(lambda conn: run_gc(conn, retention_days=settings.retention_days))

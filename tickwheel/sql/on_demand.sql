@@ -63,10 +63,6 @@ FROM todo t CROSS JOIN waiting w JOIN jobs j ON j.tenant = $1 AND j.job_id = $2
 ON CONFLICT DO NOTHING
 RETURNING (extract(epoch FROM scheduled_at) * 1000)::bigint AS scheduled_at
 
--- trigger_requests_gc --
--- Retention: idempotency keys older than a day answer nothing any more.
-DELETE FROM trigger_requests WHERE created_at < now() - interval '24 hours'
-
 -- runs_notify --
 -- Wake-up hint for the job's shard leader (shards/feed.py): runs on demand were written, load
 -- them now. Sent at commit (a rolled-back dry run sends nothing); a lost hint only delays the

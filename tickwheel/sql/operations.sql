@@ -121,23 +121,3 @@ FROM replay_audit_runs ar JOIN replay_audit a ON a.id = ar.audit_id
 WHERE ar.tenant = $1 AND ar.job_id = $2
   AND ar.scheduled_at = 'epoch'::timestamptz + $3::bigint * interval '1 millisecond'
 ORDER BY a.id
-
--- gc_completed_once --
--- Retention of one-off jobs: remove up to $2 completed ones whose instant and last change are
--- both older than $1. Called until it removes fewer than $2.
-WITH doomed AS (
-    SELECT j.tenant, j.job_id
-    FROM jobs j
-    WHERE j.kind = 'once' AND j.status = 'completed'
-      AND j.run_at < $1::timestamptz AND j.updated_at < $1::timestamptz
-    LIMIT $2
-    FOR UPDATE OF j SKIP LOCKED
-)
-DELETE FROM jobs j USING doomed d
-WHERE j.tenant = d.tenant AND j.job_id = d.job_id
-RETURNING j.tenant, j.job_id
-
--- gc_replay_audit_runs --
--- The per-run replay records of replays older than $1 (the summaries in replay_audit stay).
-DELETE FROM replay_audit_runs ar USING replay_audit a
-WHERE a.id = ar.audit_id AND a.started_at < $1::timestamptz
