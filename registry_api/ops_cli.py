@@ -8,8 +8,7 @@ from typing import TypeVar
 
 import click
 
-from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings
-from tickwheel.config import redact_dsn
+from tickwheel.cli_support import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, cannot_connect, fail, settings
 
 T = TypeVar("T")
 
@@ -38,9 +37,12 @@ def _with_keys(action: Callable[..., Awaitable[T]], what: str) -> T:
         )
     except asyncpg.PostgresError as exc:
         err = dbmod.domain_error(exc)
-        fail(str(err) if err else f"cannot {what}: {exc}", EXIT_BAD_INPUT if err else 1)
+        fail(
+            str(err) if err else f"cannot {what}: {exc}",
+            EXIT_BAD_INPUT if err else EXIT_ENVIRONMENT,
+        )
     except OSError as exc:
-        fail(f"cannot connect to Postgres at {redact_dsn(dsn)}: {exc}")
+        fail(cannot_connect(dsn, exc))
 
 
 @click.group("operator-key")

@@ -14,9 +14,9 @@ import click
 from tickwheel import __version__
 from tickwheel.bench.cli import bench
 from tickwheel.chaos.cli import chaos
-from tickwheel.core_cli import db, topics
+from tickwheel.core_cli import db, gc, topics
 from tickwheel.demo import demo
-from tickwheel.operations.cli import dlq, gc, jobs, runs
+from tickwheel.operations.cli import dlq, jobs, runs
 from tickwheel.operations.status import status
 from tickwheel.registry_api.cli import registry, tenant
 from tickwheel.registry_api.ops_cli import operator_key

@@ -6,10 +6,10 @@ import pytest
 from click.testing import CliRunner
 
 from tickwheel.cli import main
+from tickwheel.cli_support import BadInput, table
 from tickwheel.envelopes import DeadLetter, RunEnvelope
-from tickwheel.operations.cli import parse_rate, parse_since, table
+from tickwheel.operations.cli import parse_rate, parse_since
 from tickwheel.operations.dlq import DlqFilter, Letter, select
-from tickwheel.operations.errors import BadInput
 from tickwheel.operations.jobs import parse_job_key
 from tickwheel.operations.replay import (
     CHUNK_RUNS,

@@ -10,23 +10,32 @@ Postgres `PG_CONNECT_TIMEOUT_S` to answer; the message says so.
 from __future__ import annotations
 
 import asyncio
-import functools
 import getpass
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 import orjson
 
+from tickwheel.cli_support import (
+    BadInput,
+    command,
+    emit_json,
+    listing,
+    reach_postgres,
+    table,
+    with_db,
+)
+from tickwheel.cli_support import (
+    settings as load_cli_settings,
+)
 from tickwheel.clock import format_ms, now_ms
-from tickwheel.config import ConfigError, Settings, load_settings, redact_dsn
-from tickwheel.domain import JobStatus, RunKeyError, RunStatus, parse_run_key
-from tickwheel.operations.errors import BadInput, OperationsError, Unavailable
-from tickwheel.schedule.cli import _OneLineErrors as OneLineCommand  # one home for it
+from tickwheel.config import Settings
+from tickwheel.domain import JobStatus, RunStatus, parse_run_key
 from tickwheel.schedule.errors import ScheduleError
 from tickwheel.schedule.instants import parse_instant
 
@@ -36,8 +45,6 @@ if TYPE_CHECKING:  # imported where used: `tickwheel --help` need not load Kafka
 P = ParamSpec("P")
 T = TypeVar("T")
 
-PG_CONNECT_TIMEOUT_S = 10.0  # how long Postgres may take to accept a connection, seconds
-CELL_MAX_CHARS = 60  # a table cell longer than this is cut (the JSON output has it whole)
 LIST_LIMIT_MAX = 1_000_000
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _DURATION_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -78,123 +85,6 @@ def operator_name() -> str:
         return os.environ.get("USER") or getpass.getuser()
     except (KeyError, OSError):
         return "unknown"
-
-
-def one_line(text: str | None) -> str:
-    """A cell: one line, at most CELL_MAX_CHARS characters."""
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= CELL_MAX_CHARS else flat[: CELL_MAX_CHARS - 1] + "…"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain text table, columns left-aligned, separated by two spaces."""
-    cells = [[one_line("" if v is None else str(v)) for v in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    lines = [list(headers), *cells]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
-    )
-
-
-# --- plumbing: settings, connections, one-line errors ----------------------------------------
-
-
-def _settings() -> Settings:
-    try:
-        return load_settings()
-    except ConfigError as exc:
-        raise BadInput(str(exc)) from None
-
-
-def _reason(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
-
-
-def _one_line_errors(fn: Callable[P, T]) -> Callable[P, T]:
-    """Turn every failure an operator can act on into one line on stderr and its exit code."""
-    import asyncpg
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return fn(*args, **kwargs)
-        except OperationsError as exc:
-            code, message = exc.exit_code, str(exc)
-        except RunKeyError as exc:
-            code, message = BadInput.exit_code, str(exc)
-        except (asyncpg.UndefinedTableError, asyncpg.UndefinedColumnError) as exc:
-            code = Unavailable.exit_code
-            message = f"the database schema is not current ({exc}): run `tickwheel db migrate`"
-        except asyncpg.PostgresError as exc:
-            code, message = Unavailable.exit_code, f"Postgres refused: {type(exc).__name__}: {exc}"
-        except (OSError, asyncpg.InterfaceError) as exc:
-            code, message = Unavailable.exit_code, f"lost Postgres: {_reason(exc)}"
-        # Postgres adds HINT and DETAIL lines; the operator gets one line.
-        click.echo(f"tickwheel: {' '.join(message.split())}", err=True)
-        sys.exit(code)
-
-    return wrapper
-
-
-async def _reach(settings: Settings, opener: Callable[[str], Awaitable[T]]) -> T:
-    """`opener(dsn)` (a connection or a pool) within PG_CONNECT_TIMEOUT_S, or one sentence."""
-    import asyncpg
-
-    where = redact_dsn(settings.effective_dsn)
-    try:
-        return await asyncio.wait_for(opener(settings.effective_dsn), PG_CONNECT_TIMEOUT_S)
-    except TimeoutError:
-        raise Unavailable(
-            f"Postgres at {where} did not answer within {PG_CONNECT_TIMEOUT_S:g} s"
-        ) from None
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        raise Unavailable(f"cannot connect to Postgres at {where}: {_reason(exc)}") from None
-
-
-def _with_db(work: Callable[[Any], Awaitable[T]]) -> T:
-    """Run `work(connection)` on a fresh connection to the configured Postgres."""
-    settings = _settings()
-
-    async def go() -> T:
-        from tickwheel import db
-
-        conn = await _reach(settings, db.connect)
-        try:
-            return await work(conn)
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
-
-
-def _emit_json(value: Any) -> None:
-    click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
-
-
-def _listing(
-    items: Sequence[dict[str, Any]],
-    as_json: bool,
-    *,
-    empty: str,
-    headers: Sequence[str],
-    row: Callable[[dict[str, Any]], Sequence[Any]],
-) -> None:
-    """A list command's output: `{"items": […]}` with --json, else a table (or `empty`)."""
-    if as_json:
-        _emit_json({"items": list(items)})
-    elif not items:
-        click.echo(empty)
-    else:
-        click.echo(table(headers, [row(item) for item in items]))
-
-
-def _command(group: click.Group, name: str) -> Callable[[Callable[P, T]], click.Command]:
-    """A subcommand whose usage errors are one line, and whose failures are too."""
-
-    def register(fn: Callable[P, T]) -> click.Command:
-        return group.command(name, cls=OneLineCommand)(_one_line_errors(fn))
-
-    return register
 
 
 def _filter_options(fn: Callable[P, T]) -> Callable[P, T]:
@@ -257,7 +147,7 @@ def _read_selected(settings: Settings, flt: DlqFilter) -> tuple[list[Letter], li
     return select(letters, flt), malformed
 
 
-@_command(dlq, "ls")
+@command(dlq, "ls")
 @_filter_options
 def dlq_ls(
     since: str | None,
@@ -269,9 +159,9 @@ def dlq_ls(
 ) -> None:
     """List dead runs (the latest dead letter per run key), read without any consumer group."""
     flt = _dlq_filter(since, job_id, tenant, error, limit)
-    chosen, malformed = _read_selected(_settings(), flt)
+    chosen, malformed = _read_selected(load_cli_settings(), flt)
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "filters": flt.to_json(),
                 "items": [x.to_json() for x in chosen],
@@ -279,7 +169,7 @@ def dlq_ls(
             }
         )
         return
-    _listing(
+    listing(
         [x.to_json() for x in chosen],
         as_json,
         empty="no dead letters match",
@@ -288,7 +178,7 @@ def dlq_ls(
     )
 
 
-@_command(dlq, "show")
+@command(dlq, "show")
 @click.argument("key", metavar="RUN_KEY")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def dlq_show(key: str, as_json: bool) -> None:
@@ -298,7 +188,7 @@ def dlq_show(key: str, as_json: bool) -> None:
     from tickwheel.topics import Topics
 
     tenant, job_id, _ = parse_run_key(key)
-    settings = _settings()
+    settings = load_cli_settings()
     topic = Topics(settings.topic_prefix).dlq
     letters, _ = read_dead_letters(
         settings.effective_kafka, topic, timeout_s=settings.ops_kafka_timeout_s
@@ -306,11 +196,11 @@ def dlq_show(key: str, as_json: bool) -> None:
     mine = sorted(
         (x for x in letters if x.run_key == key), key=lambda x: (x.dead.dead_at, x.offset)
     )
-    run = _with_db(lambda conn: get_run(conn, key))
+    run = with_db(lambda conn: get_run(conn, key))
     if not mine and run is None:
         raise BadInput(f"run key {key} is neither on {topic} nor in job_runs")
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "run_key": key,
                 "letters": [{**x.to_json(), "envelope": x.dead.run.to_dict()} for x in mine],
@@ -347,7 +237,7 @@ def _print_run(run: dict[str, Any]) -> None:
         click.echo(table(("AUDIT", "AT", "OPERATOR", "OUTCOME", "REASON"), rows))
 
 
-@_command(dlq, "replay")
+@command(dlq, "replay")
 @_filter_options
 @click.option("--dry-run", is_flag=True, help="Say what would happen; change nothing.")
 @click.option("--rate", "rate_text", help="At most this many replays per second (e.g. 50/s).")
@@ -374,7 +264,7 @@ def dlq_replay(
     """
     from tickwheel.operations.replay import Outcome, replay
 
-    settings = _settings()
+    settings = load_cli_settings()
     rate = None if rate_text is None else parse_rate(rate_text)
     flt = _dlq_filter(since, job_id, tenant, error, limit)
     chosen, malformed = _read_selected(settings, flt)
@@ -400,12 +290,12 @@ def dlq_replay(
             )
 
     try:
-        report = _with_db(work)
+        report = with_db(work)
     except KeyboardInterrupt:
         click.echo("tickwheel: replay interrupted; `tickwheel dlq audit` has what it did", err=True)
         sys.exit(130)
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "filters": flt.to_json(),
                 **report.to_json(),
@@ -436,15 +326,15 @@ def dlq_replay(
     )
 
 
-@_command(dlq, "audit")
+@command(dlq, "audit")
 @click.option("--limit", type=click.IntRange(1, LIST_LIMIT_MAX), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def dlq_audit(limit: int, as_json: bool) -> None:
     """The recorded replays, newest first: when, who, filters, counts."""
     from tickwheel.operations.replay import audit
 
-    _listing(
-        _with_db(lambda conn: audit(conn, limit)),
+    listing(
+        with_db(lambda conn: audit(conn, limit)),
         as_json,
         empty="no replays recorded",
         headers=(
@@ -482,7 +372,7 @@ def runs() -> None:
     """The run ledger (job_runs), for operators with database access."""
 
 
-@_command(runs, "ls")
+@command(runs, "ls")
 @click.option("--tenant", help="Only runs of this tenant.")
 @click.option("--job", "job_id", help="Only runs of this job id.")
 @click.option("--status", type=click.Choice([s.value for s in RunStatus]), help="Only this status.")
@@ -501,12 +391,12 @@ def runs_ls(
     from tickwheel.operations.runs import list_runs
 
     since_ms = None if since is None else parse_since(since, now_ms())
-    found = _with_db(
+    found = with_db(
         lambda conn: list_runs(
             conn, tenant=tenant, job_id=job_id, status=status, since_ms=since_ms, limit=limit
         )
     )
-    _listing(
+    listing(
         found,
         as_json,
         empty="no runs match",
@@ -522,7 +412,7 @@ def runs_ls(
     )
 
 
-@_command(runs, "show")
+@command(runs, "show")
 @click.argument("key", metavar="RUN_KEY")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def runs_show(key: str, as_json: bool) -> None:
@@ -530,11 +420,11 @@ def runs_show(key: str, as_json: bool) -> None:
     from tickwheel.operations.runs import get_run
 
     parse_run_key(key)
-    run = _with_db(lambda conn: get_run(conn, key))
+    run = with_db(lambda conn: get_run(conn, key))
     if run is None:
         raise BadInput(f"no run {key} in job_runs")
     if as_json:
-        _emit_json(run)
+        emit_json(run)
         return
     click.echo(f"run {key}")
     _print_run(run)
@@ -548,7 +438,7 @@ def jobs() -> None:
     """Jobs across tenants, for operators with database access. JOB is <tenant>/<job_id>."""
 
 
-@_command(jobs, "ls")
+@command(jobs, "ls")
 @click.option("--tenant", help="Only jobs of this tenant.")
 @click.option(
     "--status",
@@ -561,8 +451,8 @@ def jobs_ls(tenant: str | None, status: str | None, limit: int, as_json: bool) -
     """Jobs in (tenant, id) order."""
     from tickwheel.operations.jobs import list_jobs
 
-    found = _with_db(lambda conn: list_jobs(conn, tenant=tenant, status=status, limit=limit))
-    _listing(
+    found = with_db(lambda conn: list_jobs(conn, tenant=tenant, status=status, limit=limit))
+    listing(
         found,
         as_json,
         empty="no jobs match",
@@ -579,7 +469,7 @@ def jobs_ls(tenant: str | None, status: str | None, limit: int, as_json: bool) -
     )
 
 
-@_command(jobs, "show")
+@command(jobs, "show")
 @click.argument("job")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def jobs_show(job: str, as_json: bool) -> None:
@@ -587,11 +477,11 @@ def jobs_show(job: str, as_json: bool) -> None:
     from tickwheel.operations.jobs import get_job, parse_job_key
 
     tenant, job_id = parse_job_key(job)
-    found = _with_db(lambda conn: get_job(conn, tenant, job_id))
+    found = with_db(lambda conn: get_job(conn, tenant, job_id))
     if found is None:
         raise BadInput(f"no job {job} (JOB is <tenant>/<job_id>)")
     if as_json:
-        _emit_json(found)
+        emit_json(found)
         return
     for name in ("job", "status", "version", "shard_id", "next_run_at", "created_at", "updated_at"):
         click.echo(f"{name:<12} {found[name]}")
@@ -612,10 +502,12 @@ def _change(command: str, job: str, as_json: bool) -> None:
     from tickwheel.registry_api.store import RegistryStore
 
     tenant, job_id = parse_job_key(job)
-    settings = _settings()
+    settings = load_cli_settings()
 
     async def go() -> dict[str, Any]:
-        pool = await _reach(settings, lambda dsn: db.create_pool(dsn, min_size=1, max_size=1))
+        pool = await reach_postgres(
+            settings, lambda dsn: db.create_pool(dsn, min_size=1, max_size=1)
+        )
         try:
             return await change_job(RegistryStore(pool, settings.shards), command, tenant, job_id)
         finally:
@@ -623,7 +515,7 @@ def _change(command: str, job: str, as_json: bool) -> None:
 
     result = asyncio.run(go())
     if as_json:
-        _emit_json(result)
+        emit_json(result)
     else:
         click.echo(
             f"{result['job']}: {result['result']} (status {result['status']}, "
@@ -634,7 +526,7 @@ def _change(command: str, job: str, as_json: bool) -> None:
 _JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
-@_command(jobs, "pause")
+@command(jobs, "pause")
 @click.argument("job")
 @_JSON_OPTION
 def jobs_pause(job: str, as_json: bool) -> None:
@@ -642,7 +534,7 @@ def jobs_pause(job: str, as_json: bool) -> None:
     _change("pause", job, as_json)
 
 
-@_command(jobs, "resume")
+@command(jobs, "resume")
 @click.argument("job")
 @_JSON_OPTION
 def jobs_resume(job: str, as_json: bool) -> None:
@@ -650,7 +542,7 @@ def jobs_resume(job: str, as_json: bool) -> None:
     _change("resume", job, as_json)
 
 
-@_command(jobs, "rm")
+@command(jobs, "rm")
 @click.argument("job")
 @_JSON_OPTION
 def jobs_rm(job: str, as_json: bool) -> None:
@@ -668,7 +560,9 @@ def _with_store(settings: Settings, work: Callable[[Any], Awaitable[T]]) -> T:
     from tickwheel.registry_api.store import RegistryStore
 
     async def go() -> T:
-        pool = await _reach(settings, lambda dsn: db.create_pool(dsn, min_size=1, max_size=1))
+        pool = await reach_postgres(
+            settings, lambda dsn: db.create_pool(dsn, min_size=1, max_size=1)
+        )
         try:
             return await work(RegistryStore(pool, settings.shards, runs=run_limits_of(settings)))
         finally:
@@ -682,7 +576,7 @@ _TENANT_OPTION = click.option(
 )
 
 
-@_command(jobs, "trigger")
+@command(jobs, "trigger")
 @click.argument("job")
 @_TENANT_OPTION
 @click.option(
@@ -696,10 +590,10 @@ def jobs_trigger(job: str, tenant: str | None, idempotency_key: str | None, as_j
 
     tenant, job_id = resolve_job(job, tenant)
     result = _with_store(
-        _settings(), lambda store: trigger_job(store, tenant, job_id, idempotency_key)
+        load_cli_settings(), lambda store: trigger_job(store, tenant, job_id, idempotency_key)
     )
     if as_json:
-        _emit_json(result)
+        emit_json(result)
     elif result["created"]:
         click.echo(f"{result['job']}: triggered {result['run_key']}")
     else:
@@ -713,7 +607,7 @@ def _instant(text: str, option: str) -> int:
         raise BadInput(exc.message) from None
 
 
-@_command(jobs, "backfill")
+@command(jobs, "backfill")
 @click.argument("job")
 @_TENANT_OPTION
 @click.option("--from", "from_", required=True, help="ISO-8601 instant with Z (included).")
@@ -743,13 +637,13 @@ def jobs_backfill(
 
     tenant, job_id = resolve_job(job, tenant)
     window = BackfillRequest(_instant(from_, "--from"), _instant(to, "--to"))
-    settings = _settings()
+    settings = load_cli_settings()
     result = _with_store(
         settings,
         lambda store: backfill_job(store, tenant, job_id, window, dry_run=dry_run),
     )
     if as_json:
-        _emit_json({k: v for k, v in result.items() if not k.endswith("_ms")})
+        emit_json({k: v for k, v in result.items() if not k.endswith("_ms")})
     else:
         verb = "would create" if dry_run else "created"
         click.echo(
@@ -779,32 +673,7 @@ def jobs_backfill(
                 dispatched = now_done
 
     try:
-        _with_db(watch)
+        with_db(watch)
     except KeyboardInterrupt:
         click.echo("tickwheel: stopped following; the backfill goes on", err=True)
         sys.exit(130)
-
-
-# --- tickwheel gc ------------------------------------------------------------------------------
-
-
-@click.command("gc", cls=OneLineCommand)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@_one_line_errors
-def gc(as_json: bool) -> None:
-    """Retention: drop run history and completed one-offs older than TICKWHEEL_RETENTION_DAYS."""
-    from tickwheel.maintenance import run_gc
-
-    settings = _settings()
-    report = _with_db(lambda conn: run_gc(conn, retention_days=settings.retention_days))
-    if as_json:
-        _emit_json(report.to_json())
-        return
-    dropped = ", ".join(report.dropped_partitions) or "none"
-    click.echo(
-        f"kept from {report.keep_from.isoformat()} (retention {settings.retention_days} days)"
-    )
-    click.echo(f"dropped partitions: {dropped}")
-    click.echo(f"removed completed one-off jobs: {report.removed_jobs}")
-    click.echo(f"removed replay records: {report.removed_replay_records}")
-    click.echo(f"removed trigger idempotency keys: {report.removed_trigger_keys}")

@@ -13,9 +13,9 @@ from typing import Any
 import asyncpg
 import orjson
 
+from tickwheel.cli_support import BadInput
 from tickwheel.clock import format_ms
 from tickwheel.domain import RegistrationOp, job_key, run_key
-from tickwheel.operations.errors import BadInput
 from tickwheel.operations.runs import iso
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.on_demand import (

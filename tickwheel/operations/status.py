@@ -379,7 +379,7 @@ def summary_lines(snap: Snapshot) -> list[str]:
 
 
 def render_text(snap: Snapshot) -> str:
-    from tickwheel.operations.cli import table
+    from tickwheel.cli_support import table
 
     return "\n".join(
         [
