@@ -16,10 +16,12 @@ from tickwheel.bench.cli import bench
 from tickwheel.chaos.cli import chaos
 from tickwheel.core_cli import db, gc, topics
 from tickwheel.demo import demo
-from tickwheel.operations.cli import dlq, jobs, runs
-from tickwheel.operations.status import status
 from tickwheel.registry_api.cli import registry, tenant
-from tickwheel.registry_api.ops_cli import operator_key
+from tickwheel.registry_api.ops.cli_dlq import dlq
+from tickwheel.registry_api.ops.cli_jobs import jobs
+from tickwheel.registry_api.ops.cli_keys import operator_key
+from tickwheel.registry_api.ops.cli_runs import runs
+from tickwheel.registry_api.ops.cli_status import status
 from tickwheel.schedule.cli import cron
 from tickwheel.shards.cli import scheduler
 from tickwheel.stack.cli import dev

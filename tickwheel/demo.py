@@ -17,7 +17,7 @@ Steps (each printed as it happens):
  6. failover: `kill -9` of one scheduler, and the measured gap until the survivor has taken
     over every shard (`shard_leaders` epochs);
  7. the fix (the handler's flag file) and a replay of the tenant's dead letters through
-    `tickwheel.operations.replay`, as `tickwheel dlq replay` does;
+    `tickwheel.registry_api.replay`, as `tickwheel dlq replay` does;
  8. every job paused, every run left to finish, then the check of the ledger: each due
     occurrence has exactly one row that ended as expected (`lost: N`), and no run key was
     executed successfully twice by the handlers' own record (`duplicates: N`);
@@ -514,7 +514,7 @@ class Demo:
     # --- 5: the live view --------------------------------------------------------------------
 
     def _snapshot(self, previous: Any = None) -> Any:
-        from tickwheel.operations.status import collect
+        from tickwheel.registry_api.ops.status import collect
 
         assert self.view_settings is not None
         return asyncio.run(collect(self.view_settings, previous))
@@ -592,7 +592,7 @@ class Demo:
     def _rich_view(self, snap: Any, title: str) -> Any:
         from rich.table import Table
 
-        from tickwheel.operations.status import render_rich
+        from tickwheel.registry_api.ops.status_view import render_rich
 
         ex, runs = self._executions(), self._run_counts()
         t = Table(title=f"{title} — {self._elapsed()}", title_justify="left", show_edge=False)
@@ -609,7 +609,7 @@ class Demo:
     def _failover(self) -> None:
         assert self.children is not None
         victim = self.children.all["demo-sched-b"]
-        before = asyncio.run(_fetch(self.dsn, "status_shard_leaders"))
+        before = asyncio.run(_fetch(self.dsn, "ops_shard_leaders"))
         orphaned = {r["shard_id"]: r["epoch"] for r in before if r["owner"] == victim.name}
         killed_at = time.monotonic()
         victim.proc.send_signal(signal.SIGKILL)
@@ -620,7 +620,7 @@ class Demo:
         )
 
         def taken_over() -> bool:
-            rows = asyncio.run(_fetch(self.dsn, "status_shard_leaders"))
+            rows = asyncio.run(_fetch(self.dsn, "ops_shard_leaders"))
             now = {r["shard_id"]: r for r in rows}
             return all(
                 now[s]["owner"] != victim.name and now[s]["epoch"] > e for s, e in orphaned.items()
@@ -641,8 +641,8 @@ class Demo:
 
     def _fix_and_replay(self) -> None:
         from tickwheel.demo_handlers import FIXED_FILE
-        from tickwheel.operations.dlq import DlqFilter, read_dead_letters, select
-        from tickwheel.operations.replay import Outcome, replay
+        from tickwheel.registry_api.ops.dlq import DlqFilter, read_dead_letters, select
+        from tickwheel.registry_api.replay import Outcome, replay
 
         def status() -> Any:
             rows = asyncio.run(_fetch(self.dsn, "demo_run_status", self.tenant, "flaky-export"))
@@ -671,7 +671,9 @@ class Demo:
 
             conn = await db.connect(self.dsn)
             try:
-                return await replay(conn, chosen, flt, operator="tickwheel demo")
+                return await replay(
+                    conn, [x.run_key for x in chosen], flt.to_json(), operator="tickwheel demo"
+                )
             finally:
                 await conn.close()
 

@@ -6,7 +6,7 @@ import pytest
 
 from tickwheel.demo import check_ledger
 from tickwheel.deployment import member_data, parse_member_data
-from tickwheel.operations.status import bucket_delta, parse_scheduler_metrics, quantile
+from tickwheel.registry_api.ops.status import bucket_delta, parse_scheduler_metrics, quantile
 
 pytestmark = pytest.mark.unit
 

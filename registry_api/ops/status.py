@@ -1,4 +1,5 @@
-"""`tickwheel status`: one screen of a running deployment, for operators and for the demo.
+"""One snapshot of a running deployment, for `tickwheel status` and the demo's live view
+(status_view.py draws it).
 
 Where each figure comes from — every source is read, none is joined or changed:
 
@@ -24,20 +25,14 @@ others are still shown (and the command exits 1).
 from __future__ import annotations
 
 import asyncio
-import math
-import time
-from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-import click
 
 from tickwheel.config import Settings, redact_dsn
 from tickwheel.domain import PRIORITIES
 from tickwheel.topics import Topics
 
 SOURCE_TIMEOUT_S = 5.0  # each source (ZooKeeper, a metrics endpoint, Kafka) gets this long
-WATCH_INTERVAL_S = 2.0  # default refresh of --watch, seconds
 
 Buckets = list[tuple[float, float]]  # a histogram as (upper bound in s, cumulative count)
 
@@ -242,8 +237,8 @@ async def _read_postgres(dsn: str) -> tuple[list[Any], dict[int, int]]:
 
     conn = await asyncio.wait_for(db.connect(dsn), SOURCE_TIMEOUT_S)
     try:
-        leaders = list(await conn.fetch(QUERIES["status_shard_leaders"]))
-        rows = await conn.fetch(QUERIES["status_shards_behind"])
+        leaders = list(await conn.fetch(QUERIES["ops_shard_leaders"]))
+        rows = await conn.fetch(QUERIES["ops_shards_behind"])
         behind = {r["shard_id"]: r["behind_ms"] for r in rows}
         return leaders, behind
     finally:
@@ -317,204 +312,3 @@ async def _scrape_all(
         sched.lag_count = int(window[-1][1]) if window else 0
         sched.lag_p50_s, sched.lag_p99_s = quantile(window, 0.5), quantile(window, 0.99)
     return found
-
-
-# --- rendering ----------------------------------------------------------------------------------
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return "inf" if math.isinf(value) else f"≤{value:g}s"
-
-
-def _age(ms: int) -> str:
-    return "0" if ms <= 0 else f"{ms / 1000:.1f}s"
-
-
-def shard_rows(snap: Snapshot) -> list[tuple[Any, ...]]:
-    return [
-        (
-            s.shard,
-            s.holder or "NONE",
-            s.owner or "-",
-            s.epoch if s.epoch is not None else "-",
-            s.wheel_entries if s.wheel_entries is not None else "-",
-            _age(s.behind_ms),
-        )
-        for s in snap.shards
-    ]
-
-
-SHARD_HEADERS = ("SHARD", "HELD BY (ZK)", "OWNER (PG)", "EPOCH", "WHEEL", "BEHIND")
-SCHEDULER_HEADERS = ("SCHEDULER", "METRICS", "SHARDS", "LAG P50", "LAG P99", "PUBLISHES")
-
-
-def scheduler_rows(snap: Snapshot) -> list[tuple[Any, ...]]:
-    return [
-        (
-            s.member,
-            s.error or s.metrics or "(no --metrics-port)",
-            s.shards_led if s.shards_led is not None else "-",
-            _seconds(s.lag_p50_s),
-            _seconds(s.lag_p99_s),
-            s.lag_count,
-        )
-        for s in snap.schedulers
-    ]
-
-
-def summary_lines(snap: Snapshot) -> list[str]:
-    backlog = ", ".join(f"{b.topic.rsplit('.', 1)[-1]} {b.backlog}" for b in snap.backlog)
-    workers = "-" if snap.workers is None else str(len(snap.workers))
-    names = "" if not snap.workers else " (" + ", ".join(w.client_id for w in snap.workers) + ")"
-    return [
-        f"deployment {snap.prefix}: {snap.led}/{len(snap.shards)} shards led, "
-        f"{len(snap.schedulers)} schedulers",
-        f"backlog: {backlog or '-'}",
-        f"dlq messages: {'-' if snap.dlq_messages is None else snap.dlq_messages}",
-        f"workers alive: {workers}{names}",
-        *(f"error: {e}" for e in snap.errors),
-    ]
-
-
-def render_text(snap: Snapshot) -> str:
-    from tickwheel.cli_support import table
-
-    return "\n".join(
-        [
-            *summary_lines(snap),
-            "",
-            table(SCHEDULER_HEADERS, scheduler_rows(snap)) if snap.schedulers else "no schedulers",
-            "",
-            table(SHARD_HEADERS, shard_rows(snap)),
-        ]
-    )
-
-
-def _ranges(numbers: Sequence[int]) -> str:
-    """[0, 1, 2, 5] → "0-2 5"."""
-    runs: list[list[int]] = []
-    for n in sorted(numbers):
-        if runs and n == runs[-1][-1] + 1:
-            runs[-1].append(n)
-        else:
-            runs.append([n])
-    return " ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs) or "-"
-
-
-def _span(values: Sequence[int]) -> str:
-    if not values:
-        return "-"
-    low, high = min(values), max(values)
-    return str(low) if low == high else f"{low}-{high}"
-
-
-def compact_rows(snap: Snapshot) -> list[tuple[Any, ...]]:
-    """One row per scheduler: the shards it holds, their epochs, wheel total and lag."""
-    rows = []
-    for sched in snap.schedulers:
-        held = [s for s in snap.shards if s.holder == sched.member]
-        epochs = [s.epoch for s in held if s.epoch is not None]
-        wheel = [s.wheel_entries for s in held if s.wheel_entries is not None]
-        rows.append(
-            (
-                sched.member,
-                _ranges([s.shard for s in held]),
-                _span(epochs),
-                sum(wheel) if wheel else "-",
-                _seconds(sched.lag_p50_s),
-                _seconds(sched.lag_p99_s),
-                sched.error or sched.metrics or "(no --metrics-port)",
-            )
-        )
-    return rows
-
-
-COMPACT_HEADERS = ("SCHEDULER", "SHARDS HELD", "EPOCHS", "WHEEL", "LAG P50", "LAG P99", "METRICS")
-
-
-def attention_lines(snap: Snapshot) -> list[str]:
-    """Shards that need a look: not held, held by someone else than the last owner, behind."""
-    free = [s.shard for s in snap.shards if s.holder is None]
-    moving = [s.shard for s in snap.shards if s.holder is not None and s.holder != s.owner]
-    behind = [f"{s.shard} ({_age(s.behind_ms)})" for s in snap.shards if s.behind_ms >= 1000]
-    return [
-        f"shards not held: {_ranges(free) if free else 'none'}",
-        f"shards being taken over: {_ranges(moving) if moving else 'none'}",
-        f"shards behind by 1 s or more: {', '.join(behind) if behind else 'none'}",
-    ]
-
-
-def render_rich(snap: Snapshot, extra: Sequence[Any] = ()) -> Any:
-    """The screen for a terminal, compact enough for 80x24: one row per scheduler (the
-    per-shard table is in the plain output and --json)."""
-    from rich.console import Group
-    from rich.table import Table
-
-    table = Table(show_edge=False, pad_edge=False)
-    for header in COMPACT_HEADERS:
-        table.add_column(header)
-    for row in compact_rows(snap):
-        table.add_row(*(str(v) for v in row))
-    return Group(*summary_lines(snap), table, *attention_lines(snap), *extra)
-
-
-# --- the command --------------------------------------------------------------------------------
-
-
-def watch(
-    settings: Settings,
-    interval_s: float,
-    show: Callable[[Snapshot], None],
-    stop: Callable[[], bool] = lambda: False,
-) -> None:
-    """Collect and `show` every `interval_s` until `stop()` (or Ctrl-C)."""
-    previous: Snapshot | None = None
-    while not stop():
-        started = time.monotonic()
-        previous = asyncio.run(collect(settings, previous))
-        show(previous)
-        time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
-
-
-@click.command("status")
-@click.option("--watch", "watching", is_flag=True, help="Refresh until Ctrl-C.")
-@click.option(
-    "--interval",
-    type=click.FloatRange(0.5, 3600),
-    default=WATCH_INTERVAL_S,
-    show_default=True,
-    help="Seconds between refreshes with --watch.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (one document per refresh).")
-def status(watching: bool, interval: float, as_json: bool) -> None:
-    """Shards (holder, owner, epoch, wheel, behind), dispatch lag, backlog, DLQ, workers."""
-    import sys
-
-    import orjson
-
-    from tickwheel.cli_support import fail, settings
-
-    s = settings()
-    if not watching:
-        snap = asyncio.run(collect(s))
-        if as_json:
-            click.echo(orjson.dumps(snap.to_json(), option=orjson.OPT_INDENT_2).decode())
-        else:
-            click.echo(render_text(snap))
-        sys.exit(1 if snap.errors else 0)
-    try:
-        if as_json:
-            watch(s, interval, lambda snap: click.echo(orjson.dumps(snap.to_json()).decode()))
-        elif sys.stdout.isatty():
-            from rich.live import Live
-
-            with Live(auto_refresh=False) as live:
-                watch(s, interval, lambda snap: live.update(render_rich(snap), refresh=True))
-        else:
-            watch(s, interval, lambda snap: click.echo(render_text(snap) + "\n"))
-    except KeyboardInterrupt:
-        return
-    except OSError as exc:  # stdout closed (a pipe to `head`), or similar
-        fail(str(exc))

@@ -26,7 +26,8 @@ from starlette.responses import Response
 from tickwheel.registry_api.auth import AuthProblem, KeyCache, bearer_key
 from tickwheel.registry_api.errors import ApiError, JsonResponse
 from tickwheel.registry_api.models import ErrorBody
-from tickwheel.registry_api.ops_store import BUCKET_MS, OperatorKeys, OpsStore
+from tickwheel.registry_api.ops.keys import OperatorKeys
+from tickwheel.registry_api.ops.store import BUCKET_MS, OpsStore
 from tickwheel.registry_api.params import Ctx, Registry, registry_of
 
 MINUTE_MS = 60_000
@@ -222,7 +223,7 @@ ui = APIRouter(include_in_schema=False)
 
 
 def _ui_file(name: str) -> bytes:
-    return (resources.files("tickwheel.registry_api") / "ui" / name).read_bytes()
+    return (resources.files("tickwheel.registry_api.ops") / "ui" / name).read_bytes()
 
 
 @ui.get("/ui")

@@ -1,7 +1,9 @@
 """Replaying dead runs: the operator transition `dead → retrying` of tickwheel/domain.py.
 
-A replay takes the dead letters `dlq.select` chose (the latest letter per run key) and, chunk
-by chunk, in one transaction per chunk:
+It writes the same kind of row as a trigger or a backfill (on_demand.py): a `retrying` run the
+shard leader claims by its `retry_at`. `tickwheel dlq replay` (ops/cli_dlq.py) chooses the run
+keys from the dead-letter topic (ops/dlq.py: the latest letter per run key) and the demo does
+the same; a replay takes those run keys and, chunk by chunk, in one transaction per chunk:
 
 1. locks the chunk's `job_runs` rows (`replay_lock_candidates`, FOR UPDATE) and reads their
    jobs' status and attempt budget;
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -40,8 +42,6 @@ import asyncpg
 import orjson
 
 from tickwheel.domain import JobStatus, RunOrigin, RunStatus, parse_run_key
-from tickwheel.operations.dlq import DlqFilter, Letter
-from tickwheel.operations.runs import iso
 from tickwheel.queries import QUERIES
 
 CHUNK_RUNS = 100  # run keys per transaction
@@ -143,8 +143,8 @@ class ReplayReport:
 
 async def replay(
     conn: asyncpg.Connection,
-    letters: Sequence[Letter],
-    flt: DlqFilter,
+    run_keys: Sequence[str],
+    filters: Mapping[str, Any],
     *,
     operator: str,
     attempts: int | None = None,
@@ -154,13 +154,14 @@ async def replay(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> ReplayReport:
-    """Replay the runs of `letters` (a `dlq.select` result); see the module docstring."""
+    """Replay the runs `run_keys` (chosen by `filters`, which the audit records as given); see
+    the module docstring."""
     report = ReplayReport(dry_run=dry_run)
     if not dry_run:
         report.audit_id = await conn.fetchval(
             QUERIES["replay_audit_start"],
             operator,
-            orjson.dumps(flt.to_json()).decode(),
+            orjson.dumps(dict(filters)).decode(),
             attempts,
             rate_per_s,
         )
@@ -168,8 +169,8 @@ async def replay(
     size = chunk_size(rate_per_s)
     replayed = 0
     try:
-        for first in range(0, len(letters), size):
-            chunk = letters[first : first + size]
+        for first in range(0, len(run_keys), size):
+            chunk = run_keys[first : first + size]
             results = await _chunk(conn, chunk, attempts, dry_run, report.audit_id)
             report.results.extend(results)
             replayed += sum(1 for r in results if r.outcome == Outcome.REPLAYED)
@@ -197,12 +198,12 @@ async def replay(
 
 async def _chunk(
     conn: asyncpg.Connection,
-    letters: Sequence[Letter],
+    run_keys: Sequence[str],
     attempts: int | None,
     dry_run: bool,
     audit_id: int | None,
 ) -> list[RunResult]:
-    keys = [parse_run_key(letter.run_key) for letter in letters]
+    keys = [parse_run_key(key) for key in run_keys]
     async with conn.transaction():
         rows = await conn.fetch(
             QUERIES["replay_lock_candidates"],
@@ -212,11 +213,11 @@ async def _chunk(
         )
         by_key = {(r["tenant"], r["job_id"], r["scheduled_ms"]): r for r in rows}
         results = []
-        for key, letter in zip(keys, letters, strict=True):
+        for key, text in zip(keys, run_keys, strict=True):
             row = by_key[key]
             decision = decide(
                 Candidate(
-                    letter.run_key,
+                    text,
                     row["status"],
                     row["origin"],
                     row["job_status"],
@@ -224,7 +225,7 @@ async def _chunk(
                 ),
                 attempts,
             )
-            results.append(RunResult(letter.run_key, *_fields(decision)))
+            results.append(RunResult(text, *_fields(decision)))
         if dry_run:
             return results
         chosen = [(k, r) for k, r in zip(keys, results, strict=True) if r.budget is not None]
@@ -268,26 +269,3 @@ async def _finish_audit(conn: asyncpg.Connection, report: ReplayReport) -> None:
             report.count(Outcome.REFUSED),
         )
     )
-
-
-def audit_json(row: asyncpg.Record) -> dict[str, Any]:
-    """One `replay_audit_list` row as `dlq audit --json` prints it."""
-    return {
-        "id": row["id"],
-        "started_at": iso(row["started_at"]),
-        "finished_at": iso(row["finished_at"]),
-        "operator": row["operator"],
-        "outcome": row["outcome"],
-        "filters": orjson.loads(row["filters"]),
-        "attempts": row["attempts"],
-        "rate_per_s": row["rate_per_s"],
-        "selected": row["selected"],
-        "replayed": row["replayed"],
-        "skipped": row["skipped"],
-        "refused": row["refused"],
-    }
-
-
-async def audit(conn: asyncpg.Connection, limit: int) -> list[dict[str, Any]]:
-    """The latest `limit` replays, newest first."""
-    return [audit_json(r) for r in await conn.fetch(QUERIES["replay_audit_list"], limit)]

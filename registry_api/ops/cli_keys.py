@@ -18,7 +18,7 @@ def _with_keys(action: Callable[..., Awaitable[T]], what: str) -> T:
     import asyncpg
 
     from tickwheel import db as dbmod
-    from tickwheel.registry_api.ops_store import OperatorKeys
+    from tickwheel.registry_api.ops.keys import OperatorKeys
 
     dsn = settings().effective_dsn
 

@@ -1,4 +1,5 @@
-"""The run ledger as operators read it: `tickwheel runs ls|show` (Postgres only).
+"""The run ledger and the replay audit as operators read them: `tickwheel runs ls|show` and
+`tickwheel dlq audit` (Postgres only; the replays themselves are registry_api/replay.py's).
 
 Rows come out as JSON-ready dicts: instants as ISO-8601 UTC text with milliseconds (the HTTP
 API's form), each run with its run key.
@@ -10,8 +11,9 @@ import datetime as dt
 from typing import Any
 
 import asyncpg
+import orjson
 
-from tickwheel.clock import datetime_to_ms, format_ms
+from tickwheel.clock import format_datetime, format_ms
 from tickwheel.domain import parse_run_key, run_key
 from tickwheel.queries import QUERIES
 
@@ -28,7 +30,7 @@ _INSTANTS = (
 
 def iso(value: dt.datetime | None) -> str | None:
     """An aware datetime as ISO-8601 UTC with milliseconds; None stays None."""
-    return None if value is None else format_ms(datetime_to_ms(value))
+    return None if value is None else format_datetime(value)
 
 
 def run_json(row: asyncpg.Record) -> dict[str, Any]:
@@ -74,7 +76,7 @@ async def get_run(conn: asyncpg.Connection, key: str) -> dict[str, Any] | None:
 
 async def replays_of(conn: asyncpg.Connection, key: str) -> list[dict[str, Any]]:
     """What each recorded replay did to the run `key`, oldest first."""
-    rows = await conn.fetch(QUERIES["replay_audit_of_run"], *parse_run_key(key))
+    rows = await conn.fetch(QUERIES["ops_replay_audit_of_run"], *parse_run_key(key))
     return [
         {
             "audit_id": r["id"],
@@ -85,3 +87,26 @@ async def replays_of(conn: asyncpg.Connection, key: str) -> list[dict[str, Any]]
         }
         for r in rows
     ]
+
+
+def audit_json(row: asyncpg.Record) -> dict[str, Any]:
+    """One `ops_replay_audit_list` row as `dlq audit --json` prints it."""
+    return {
+        "id": row["id"],
+        "started_at": iso(row["started_at"]),
+        "finished_at": iso(row["finished_at"]),
+        "operator": row["operator"],
+        "outcome": row["outcome"],
+        "filters": orjson.loads(row["filters"]),
+        "attempts": row["attempts"],
+        "rate_per_s": row["rate_per_s"],
+        "selected": row["selected"],
+        "replayed": row["replayed"],
+        "skipped": row["skipped"],
+        "refused": row["refused"],
+    }
+
+
+async def replay_audit(conn: asyncpg.Connection, limit: int) -> list[dict[str, Any]]:
+    """The latest `limit` replays, newest first."""
+    return [audit_json(r) for r in await conn.fetch(QUERIES["ops_replay_audit_list"], limit)]

@@ -1,16 +1,13 @@
-"""The operators' side of the registry's database: operator keys, and the cross-tenant reads of
-the status page (`/v1/ops/…`, `/ui`).
+"""The status page's cross-tenant reads (`/v1/ops/…`, `/ui`).
 
-Operator keys are random 256-bit secrets stored as SHA-256, like tenants' API keys
-(`store.hash_key`), but in a table of their own: a tenant key never opens an operator endpoint
-and an operator key names no tenant. Every read here is bounded — by the shard count, by a time
-window over indexed columns, by a limit — so an open status page costs the database the same
-whatever the size of the run ledger.
+Every read here is bounded — by the shard count, by a time window over indexed columns, by a
+limit — so an open status page costs the database the same whatever the size of the run
+ledger. The shards' leaders and how far behind they are are the reads `tickwheel status`
+makes too (`ops_shard_leaders`, `ops_shards_behind`).
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +16,7 @@ import asyncpg
 
 from tickwheel.domain import run_key
 from tickwheel.queries import QUERIES
-from tickwheel.registry_api.store import hash_key
 
-OPERATOR_KEY_PREFIX = "twop_"  # tells an operator key from a tenant's (`tw_`) at a glance
 BUCKET_MS = 10_000  # the throughput chart's resolution, milliseconds
 # How much earlier than the window a counted run may be scheduled: runs finishing in the window
 # after a retry of up to this long are counted; older ones are not read at all.
@@ -97,29 +92,6 @@ def fill(
     return out
 
 
-class OperatorKeys:
-    """Operator keys: created (returned once), revoked by name, looked up by key."""
-
-    def __init__(self, pool: asyncpg.Pool) -> None:
-        self.pool = pool
-
-    async def create(self, name: str) -> str:
-        key = OPERATOR_KEY_PREFIX + secrets.token_urlsafe(32)
-        await self.pool.execute(
-            QUERIES["operator_key_insert"], hash_key(key), key[: len(OPERATOR_KEY_PREFIX) + 5], name
-        )
-        return key
-
-    async def revoke(self, name: str) -> str | None:
-        """The revoked key's prefix, or None when `name` has no active key."""
-        prefix: str | None = await self.pool.fetchval(QUERIES["operator_key_revoke"], name)
-        return prefix
-
-    async def operator_for_key(self, key: str) -> str | None:
-        name: str | None = await self.pool.fetchval(QUERIES["operator_by_key"], hash_key(key))
-        return name
-
-
 class OpsStore:
     """The status page's reads across tenants."""
 
@@ -130,10 +102,10 @@ class OpsStore:
     async def shard_leaders(self) -> list[ShardLeader]:
         """Every shard of the deployment, led or not, in shard order, with how far behind it is
         (the queries of `tickwheel status`)."""
-        rows = {r["shard_id"]: r for r in await self.pool.fetch(QUERIES["status_shard_leaders"])}
+        rows = {r["shard_id"]: r for r in await self.pool.fetch(QUERIES["ops_shard_leaders"])}
         behind = {
             r["shard_id"]: r["behind_ms"]
-            for r in await self.pool.fetch(QUERIES["status_shards_behind"])
+            for r in await self.pool.fetch(QUERIES["ops_shards_behind"])
         }
         out = []
         for shard in range(self.shards):

@@ -16,7 +16,6 @@ import orjson
 from tickwheel.cli_support import BadInput
 from tickwheel.clock import format_ms
 from tickwheel.domain import RegistrationOp, job_key, run_key
-from tickwheel.operations.runs import iso
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.on_demand import (
     Backfilled,
@@ -24,18 +23,11 @@ from tickwheel.registry_api.on_demand import (
     Triggered,
     TriggerRequest,
 )
+from tickwheel.registry_api.ops.runs import iso
 from tickwheel.registry_api.state import Op, Outcome
 from tickwheel.registry_api.store import Applied, RegistryStore
 
 RECENT_RUNS = 10  # runs `jobs show` lists
-
-
-def parse_job_key(text: str) -> tuple[str, str]:
-    """(tenant, job_id) of `<tenant>/<job_id>`, or BadInput naming the form."""
-    tenant, slash, job_id = text.partition("/")
-    if not slash or not tenant or not job_id or "/" in job_id:
-        raise BadInput(f"JOB must look like <tenant>/<job_id>, not {text!r}")
-    return tenant, job_id
 
 
 def _ms(value: int | None) -> str | None:
@@ -135,15 +127,6 @@ async def change_job(
         "status": job.status if job is not None else None,
         "version": job.version if job is not None else None,
     }
-
-
-def resolve_job(job: str, tenant: str | None) -> tuple[str, str]:
-    """(tenant, job_id) of the JOB argument: `<tenant>/<job_id>`, or a bare id with --tenant."""
-    if tenant is None:
-        return parse_job_key(job)
-    if "/" in job:
-        raise BadInput(f"with --tenant, JOB is the job id alone, not {job!r}")
-    return tenant, job
 
 
 def _refused(applied: Applied, action: str) -> None:
