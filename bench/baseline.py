@@ -31,9 +31,9 @@ import asyncpg
 import orjson
 
 from tickwheel.bench.analysis import MS_PER_S, RunRecord
-from tickwheel.bench.fleet import Fleet, FleetError
 from tickwheel.bench.observe import fetch_runs
 from tickwheel.bench.scratch import Scratch
+from tickwheel.bench.supervisor import Supervisor, SupervisorError
 from tickwheel.clock import ms_to_datetime, now_ms
 from tickwheel.domain import run_key
 from tickwheel.envelopes import RunEnvelope
@@ -128,7 +128,7 @@ async def poll_until_drained(dsn: str, kafka: str, prefix: str, start_at_ms: int
 
 
 async def run_baseline(
-    res: Scratch, jobs: int, fleet: Fleet, progress: Callable[[int], None]
+    res: Scratch, jobs: int, fleet: Supervisor, progress: Callable[[int], None]
 ) -> BaselineResult:
     """Make every job of `res` due, run the pollers, wait until every job has its run row."""
     conn = await asyncpg.connect(res.dsn)
@@ -148,14 +148,14 @@ async def run_baseline(
             progress(done)
             if done >= jobs:
                 break
-            for child in fleet.children:
+            for child in fleet.children.values():
                 if child.name in names and child.popen.poll() not in (None, 0):
-                    raise FleetError(f"{child.name} failed; its log ends:\n{child.tail()}")
+                    raise SupervisorError(f"{child.name} failed; its log ends:\n{child.tail()}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the baseline claimed {done} of {jobs} jobs")
             await asyncio.sleep(POLL_S)
         seen_ms = now_ms()
-        fleet.stop(names, grace_s=60)
+        fleet.stop(names)
         rows = await fetch_runs(conn)
     finally:
         await conn.close()

@@ -4,7 +4,7 @@ another (issue 14).
 Runs N real `tickwheel registry --no-http` processes on 100,000 registrations in two ways:
 
 - `together`: spawned together on a topic that already holds every registration (what
-  bench_intake.py's process rows do): the first member to join takes all partitions and
+  intake.py's process rows do): the first member to join takes all partitions and
   starts, the second one's join costs a cooperative rebalance while work is under way;
 - `joined`: the group is stable with every member holding partitions before the first
   registration is produced, so the members work side by side from the start.
@@ -12,7 +12,8 @@ Runs N real `tickwheel registry --no-http` processes on 100,000 registrations in
 Per process, the first and last batch it applied (from its log) show whether the members
 overlapped; the rate is registrations / (last batch - first batch, any process).
 
-    .venv/bin/python bench/bench_intake_group.py [--processes 2] [--rounds 2] [--count 100000]
+    .venv/bin/python -m tickwheel.bench.components.intake_group [--processes 2] [--rounds 2] \
+        [--count 100000]
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ import asyncpg
 import orjson
 from confluent_kafka import ConsumerGroupState, TopicPartition
 
+from tickwheel.bench.components import RESULTS
 from tickwheel.config import load_settings
 from tickwheel.kafka import admin_client, consumer, producer
 from tickwheel.testing import migrate, scratch_database_async, unique_topics
 
-RESULTS = Path(__file__).parent / "results"
 PARTITIONS = 6
 POLL_S = 0.25
 

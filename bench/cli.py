@@ -1,4 +1,5 @@
-"""`tickwheel bench hot-second | steady`: measure the real processes on the local stack.
+"""`tickwheel bench hot-second | steady` (and `bench chaos`, chaos/cli.py): measure the real
+processes on the local stack.
 
 Both commands work on a scratch database and topics of their own (dropped at the end), start
 real `tickwheel scheduler` and `tickwheel worker` processes on them, and read every figure back
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from tickwheel.bench.chaos.cli import chaos
 from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings
 from tickwheel.config import Settings
 
@@ -37,6 +39,10 @@ FAR_FUTURE_MS = 3_600_000  # the baseline's jobs are registered an hour ahead, t
 @click.group("bench")
 def bench() -> None:
     """Benchmarks of the whole system on the local stack (see docs/BENCHMARKS.md)."""
+
+
+# The reliability harness is a benchmark of faults: `tickwheel bench chaos`.
+bench.add_command(chaos)
 
 
 def _common(fn: Any) -> Any:
@@ -154,11 +160,11 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     import asyncpg
     from confluent_kafka import KafkaException
 
-    from tickwheel.bench.fleet import FleetError
+    from tickwheel.bench.supervisor import SupervisorError
 
     try:
         return asyncio.run(coro)
-    except FleetError as exc:
+    except SupervisorError as exc:
         fail(f"a benchmark process failed: {exc}")
     except (OSError, asyncpg.PostgresError, KafkaException, TimeoutError) as exc:
         fail(f"benchmark stopped: {type(exc).__name__}: {exc}")
@@ -191,9 +197,9 @@ async def _baseline(s: Settings, cfg: BurstConfig, jobs: int) -> BaselineResult:
     """The naive pollers on the same jobs, in a scratch database of their own."""
     from tickwheel.bench import load
     from tickwheel.bench.baseline import run_baseline
-    from tickwheel.bench.fleet import Fleet
     from tickwheel.bench.report import Bar
     from tickwheel.bench.scratch import scratch
+    from tickwheel.bench.supervisor import Supervisor
     from tickwheel.clock import now_ms
 
     async with scratch(
@@ -208,7 +214,7 @@ async def _baseline(s: Settings, cfg: BurstConfig, jobs: int) -> BaselineResult:
         with Bar(jobs, "registered") as bar:
             await load.register_bulk(res, load.documents(dues, cfg.handler), bar.set)
         click.echo("baseline: 3 naive pollers claiming", err=True)
-        with Fleet(res.env(), cfg.log_dir / "baseline") as fleet, Bar(jobs, "claimed") as bar:
+        with Supervisor(res.env(), cfg.log_dir / "baseline") as fleet, Bar(jobs, "claimed") as bar:
             return await run_baseline(res, jobs, fleet, bar.set)
 
 

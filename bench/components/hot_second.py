@@ -2,11 +2,12 @@
 
 Runs the command RUNS times with the given options (each run measures the naive baseline on
 the same jobs too, unless --no-baseline is passed through), keeps every run's JSON as
-`bench/results/hot_second_<jobs>_run<i>.json`, the first run's plot as
-`bench/results/hot_second_<jobs>.png`, and writes the table of all runs to
-`bench/results/hot_second_<jobs>.md`. Needs the dev stack (`tickwheel dev up`).
+`docs/results/hot_second_<jobs>_run<i>.json`, the first run's plot as
+`docs/results/hot_second_<jobs>.png`, and writes the table of all runs to
+`docs/results/hot_second_<jobs>.md`. Needs the dev stack (`tickwheel dev up`).
 
-    .venv/bin/python bench/bench_hot_second.py [--runs 3] [--jobs 100000] [-- OPTIONS...]
+    .venv/bin/python -m tickwheel.bench.components.hot_second [--runs 3] [--jobs 100000] \
+        [-- OPTIONS...]
 
 Everything after `--` goes to `tickwheel bench hot-second` as it is (`--workers 2
 --concurrency 1000`, ...); TICKWHEEL_* settings in the environment reach the processes.
@@ -21,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+from tickwheel.bench.components import RESULTS
 
 
 def _s(value: float | None) -> str:

@@ -10,8 +10,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from tickwheel.chaos.checker import FaultEvent
-from tickwheel.chaos.deployment import ZK_SESSION_MS, Deployment
+from tickwheel.bench.chaos.checker import FaultEvent
+from tickwheel.bench.chaos.deployment import ZK_SESSION_MS, Deployment
 from tickwheel.clock import now_ms
 from tickwheel.queries import QUERIES
 from tickwheel.stack import DevStack
@@ -37,7 +37,7 @@ FaultFn = Callable[[FaultContext], Awaitable[list[FaultEvent]]]
 
 
 async def _owned_shards(ctx: FaultContext, member: str) -> frozenset[int]:
-    rows = await ctx.deployment.fetch(QUERIES["chaos_shard_owners"])
+    rows = await ctx.deployment.fetch(QUERIES["ops_shard_leaders"])
     return frozenset(r["shard_id"] for r in rows if r["owner"] == member)
 
 
@@ -46,7 +46,7 @@ async def leader_kill(ctx: FaultContext) -> list[FaultEvent]:
     victim = SCHEDULERS[ctx.victim_index % 2]
     shards = await _owned_shards(ctx, victim)
     at = now_ms()
-    ctx.deployment.kill(victim)
+    ctx.deployment.procs.kill(victim)
     ctx.log(f"kill -9 {victim} (shards {sorted(shards)})")
     await asyncio.sleep(ZK_SESSION_MS / 1000 + ZK_EXPIRY_SLACK_S)
     ctx.deployment.spawn_scheduler(victim)
@@ -58,10 +58,10 @@ async def leader_pause(ctx: FaultContext) -> list[FaultEvent]:
     victim = SCHEDULERS[ctx.victim_index % 2]
     shards = await _owned_shards(ctx, victim)
     at = now_ms()
-    ctx.deployment.signal(victim, signal.SIGSTOP)
+    ctx.deployment.procs.signal(victim, signal.SIGSTOP)
     ctx.log(f"SIGSTOP {victim} (shards {sorted(shards)})")
     await asyncio.sleep(ZK_SESSION_MS / 1000 + ZK_EXPIRY_SLACK_S)
-    ctx.deployment.signal(victim, signal.SIGCONT)
+    ctx.deployment.procs.signal(victim, signal.SIGCONT)
     ctx.log(f"SIGCONT {victim}")
     return [FaultEvent("leader_pause", at, shards)]
 
@@ -70,7 +70,7 @@ async def worker_kill(ctx: FaultContext) -> list[FaultEvent]:
     """kill -9 of a worker with handlers in flight; started again a second later."""
     victim = WORKERS[ctx.victim_index % 2]
     at = now_ms()
-    ctx.deployment.kill(victim)
+    ctx.deployment.procs.kill(victim)
     ctx.log(f"kill -9 {victim}")
     await asyncio.sleep(1.0)
     ctx.deployment.spawn_worker(victim)
@@ -82,8 +82,8 @@ async def worker_crash_after_results(ctx: FaultContext) -> list[FaultEvent]:
     write and its offset commit: it takes back partitions, writes its first results and dies
     there (kill -9 at that point, as a power cut would); it is then started again unarmed."""
     victim = WORKERS[ctx.victim_index % 2]
-    ctx.deployment.stop(victim)
-    proc = ctx.deployment.spawn_worker(victim, TICKWHEEL_FAULT="worker_after_results")
+    ctx.deployment.procs.stop([victim])
+    proc = ctx.deployment.spawn_worker(victim, TICKWHEEL_FAULT="worker_after_results").popen
     ctx.log(f"{victim} restarted armed at worker_after_results")
     deadline = time.monotonic() + ARMED_WAIT_S
     while proc.poll() is None and time.monotonic() < deadline:
@@ -91,7 +91,7 @@ async def worker_crash_after_results(ctx: FaultContext) -> list[FaultEvent]:
     at = now_ms()
     code = proc.poll()
     ctx.log(f"{victim} exited with {code} (86: at the crash point)")
-    ctx.deployment.stop(victim)
+    ctx.deployment.procs.stop([victim])
     ctx.deployment.spawn_worker(victim)
     return [FaultEvent("worker_crash_after_results", at, None, "start")]
 
@@ -102,7 +102,7 @@ async def rebalance(ctx: FaultContext) -> list[FaultEvent]:
     ctx.deployment.spawn_worker("worker-3")
     ctx.log("worker-3 joined")
     await asyncio.sleep(8.0)
-    code = ctx.deployment.stop("worker-3")
+    code = ctx.deployment.procs.stop(["worker-3"]).get("worker-3")
     ctx.log(f"worker-3 left (exit {code})")
     return [FaultEvent("rebalance", at, None, "start")]
 
@@ -162,7 +162,7 @@ async def registry_kill(ctx: FaultContext) -> list[FaultEvent]:
     """kill -9 of the registry while it applies the round's registration batch (the harness
     produced the batch just before); started again a second later."""
     at = now_ms()
-    ctx.deployment.kill("registry")
+    ctx.deployment.procs.kill("registry")
     ctx.log("kill -9 registry")
     await asyncio.sleep(1.0)
     ctx.deployment.spawn_registry()

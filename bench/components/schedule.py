@@ -24,11 +24,13 @@ asked for its next fire from SPARSE_STARTS instants spread over 2026-2100, cold 
 the zone or expression cached) and warm, and the median and worst call are reported in
 milliseconds (target: every call under 15 ms).
 
-Writes bench/results/schedule.json and bench/results/schedule.md (--sparse-only:
-bench/results/schedule_sparse.json and .md). Run:
+Writes docs/results/schedule.json and docs/results/schedule.md (--sparse-only:
+docs/results/schedule_sparse.json and .md). Run:
 
-    .venv/bin/python bench/bench_schedule.py [--jobs 100000] [--sample 20000] [--repeats 3]
-    .venv/bin/python bench/bench_schedule.py --sparse-only   # the sparse cases alone (~30 s)
+    .venv/bin/python -m tickwheel.bench.components.schedule [--jobs 100000] [--sample 20000] \
+        [--repeats 3]
+    .venv/bin/python -m tickwheel.bench.components.schedule --sparse-only   # the sparse cases
+                                                            # alone (~30 s)
 """
 
 from __future__ import annotations
@@ -43,16 +45,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
+from tickwheel.bench.components import RESULTS
 from tickwheel.schedule import CronSchedule, ScheduleCache, parse_at, parse_cron
 from tickwheel.schedule.cron import clear_compiled
 from tickwheel.schedule.zones import timeline
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 START_MS = parse_at("2026-03-27T10:00:00Z")  # registration instant, two days before EU DST
 ADVANCE_ROUNDS = 10  # fires each job is advanced through in the warm measurement
 SPARSE_STARTS = 60  # start instants per sparse case
@@ -323,12 +324,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.sparse_only:
         sparse = measure_sparse(args.repeats)
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        (RESULTS_DIR / "schedule_sparse.json").write_text(
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "schedule_sparse.json").write_text(
             json.dumps({**_environment(args.repeats), "sparse": sparse}, indent=2) + "\n"
         )
         table = sparse_markdown(sparse)
-        (RESULTS_DIR / "schedule_sparse.md").write_text(table)
+        (RESULTS / "schedule_sparse.md").write_text(table)
         print(table)
         return
     sample_every = max(1, args.jobs // args.sample)
@@ -341,12 +342,12 @@ def main() -> None:
         },
         "sparse": measure_sparse(args.repeats),
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "schedule.json").write_text(json.dumps(report, indent=2) + "\n")
-    sparse = report["sparse"]
-    assert isinstance(sparse, dict)
-    table = markdown(report) + "\n" + sparse_markdown(sparse)
-    (RESULTS_DIR / "schedule.md").write_text(table)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "schedule.json").write_text(json.dumps(report, indent=2) + "\n")
+    measured = report["sparse"]
+    assert isinstance(measured, dict)
+    table = markdown(report) + "\n" + sparse_markdown(measured)
+    (RESULTS / "schedule.md").write_text(table)
     print(table)
 
 

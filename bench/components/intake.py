@@ -5,7 +5,7 @@ field, a few zones) to a fresh topic, then times the intake from its first poll 
 offset is committed, with the configured batch size and with batches of one (the baseline:
 one transaction per message). Needs the dev stack (`tickwheel dev up`).
 
-    .venv/bin/python bench/bench_intake.py [--count 100000] [--baseline-count 5000]
+    .venv/bin/python -m tickwheel.bench.components.intake [--count 100000] [--baseline-count 5000]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import asyncpg
 import orjson
 from confluent_kafka import TopicPartition
 
+from tickwheel.bench.components import RESULTS
 from tickwheel.config import load_settings
 from tickwheel.kafka import consumer, producer
 from tickwheel.registry_api.service import intake_group, make_intake
@@ -32,7 +33,6 @@ from tickwheel.runtime import tune_gc
 from tickwheel.testing import migrate, scratch_database_async, unique_topics
 from tickwheel.topics import Topics
 
-RESULTS = Path(__file__).parent / "results"
 PARTITIONS = 6
 EXPRESSIONS = [
     "*/5 * * * *",

@@ -1,7 +1,7 @@
 """One measured burst: N one-off jobs due around T0, run by real scheduler and worker processes.
 
 The sequence (each step waits for the previous one; every process is stopped at the end,
-whatever happened, by `Fleet`):
+whatever happened, by the `Supervisor`):
 
     1. scratch database and topics (scratch.py);
     2. start the schedulers and workers; wait until every shard has a leader, then read the
@@ -31,11 +31,16 @@ import asyncpg
 
 from tickwheel.bench import load
 from tickwheel.bench.analysis import MS_PER_S, RunRecord
-from tickwheel.bench.fleet import Fleet, cpu_seconds, machine_cpu_seconds
 from tickwheel.bench.load import Handler
 from tickwheel.bench.observe import fetch_runs, run_deliveries, wheel_entries
 from tickwheel.bench.report import Bar
 from tickwheel.bench.scratch import Scratch
+from tickwheel.bench.supervisor import (
+    Supervisor,
+    cpu_seconds,
+    free_ports,
+    machine_cpu_seconds,
+)
 from tickwheel.clock import now_ms
 from tickwheel.queries import QUERIES
 
@@ -132,7 +137,7 @@ def lead_time_s(cfg: BurstConfig) -> float:
     return MIN_LEAD_S + register + cfg.jobs / WHEEL_LOAD_RATE_PER_S
 
 
-async def _wait_for_leaders(conn: asyncpg.Connection, fleet: Fleet, shards: int) -> None:
+async def _wait_for_leaders(conn: asyncpg.Connection, fleet: Supervisor, shards: int) -> None:
     deadline = time.monotonic() + LEADERS_TIMEOUT_S
     while (led := await conn.fetchval(QUERIES["bench_shards_led"])) < shards:
         fleet.check()
@@ -143,8 +148,8 @@ async def _wait_for_leaders(conn: asyncpg.Connection, fleet: Fleet, shards: int)
 
 async def run_burst(res: Scratch, cfg: BurstConfig, say: Callable[[str], None]) -> BurstResult:
     notes: list[str] = []
-    ports = [load.free_port() for _ in range(cfg.schedulers)]
-    with Fleet(res.env(), cfg.log_dir) as fleet:
+    ports = free_ports(cfg.schedulers)
+    with Supervisor(res.env(), cfg.log_dir) as fleet:
         for k, port in enumerate(ports):
             fleet.start(
                 f"scheduler-{k}", ["scheduler", "--id", f"bench-s{k}", "--metrics-port", str(port)]
@@ -245,7 +250,7 @@ def _cpu_spent(
 
 
 async def _wait_for_wheels(
-    fleet: Fleet, ports: list[int], jobs: int, t0_ms: int, say: Callable[[str], None]
+    fleet: Supervisor, ports: list[int], jobs: int, t0_ms: int, say: Callable[[str], None]
 ) -> tuple[int | None, int]:
     """Until T0 - 1 s: wait for the wheels to hold every job; (when they did, scheduler RSS)."""
     with Bar(jobs, "in wheels") as bar:
@@ -263,7 +268,9 @@ async def _wait_for_wheels(
     return None, fleet.rss("scheduler")
 
 
-async def _follow(conn: asyncpg.Connection, fleet: Fleet, cfg: BurstConfig, t0_ms: int) -> bool:
+async def _follow(
+    conn: asyncpg.Connection, fleet: Supervisor, cfg: BurstConfig, t0_ms: int
+) -> bool:
     """From T0: progress bars until every run succeeded; True when the settle time ran out."""
     settle_s = SETTLE_MIN_S + cfg.jobs * SETTLE_PER_JOB_S + cfg.spread_ms / MS_PER_S
     deadline_ms = t0_ms + int(settle_s * MS_PER_S)

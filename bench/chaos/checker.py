@@ -1,5 +1,8 @@
-"""The checker: pure functions over one round's ledger (expected occurrences, `job_runs` rows,
-the handler's execution log, the faults injected), in the spirit of a Jepsen queue checker.
+"""The chaos round's verdicts: pure functions over one round's ledger (expected occurrences,
+`job_runs` rows, the handler's execution log, the faults injected, the envelopes on the run
+topics), in the spirit of a Jepsen queue checker. `lost` and `duplicate success` are the
+harnesses' one ledger checker's (bench/ledger.py); this module adds what only a round of
+faults measures.
 
 Definitions (docs/RELIABILITY.md):
 - lost: an occurrence that fell due in the round and has no terminal row (succeeded, dead,
@@ -36,9 +39,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tickwheel.domain import run_key
+from tickwheel.bench.ledger import TERMINAL, Execution, RunRow, check
 
-TERMINAL = frozenset({"succeeded", "dead", "skipped"})
 # What may let an attempt lapse so that the next one runs again (see the module docstring).
 WORKER_DIED, WORKER_STOPPED, DATABASE_RESTART, UNEXPLAINED = (
     "worker_died",
@@ -49,37 +51,6 @@ WORKER_DIED, WORKER_STOPPED, DATABASE_RESTART, UNEXPLAINED = (
 CAUSES = (WORKER_DIED, WORKER_STOPPED, DATABASE_RESTART, UNEXPLAINED)
 DATABASE_FAULTS = frozenset({"postgres_restart"})
 LOST_SAMPLE = 10  # lost run keys listed per round in the report
-
-
-@dataclass(frozen=True)
-class RunRow:
-    """One `job_runs` row; instants in unix ms by the database's clock."""
-
-    tenant: str
-    job_id: str
-    scheduled_ms: int
-    shard_id: int
-    status: str
-    attempt: int
-    worker: str | None = None
-    published_ms: int | None = None
-    started_ms: int | None = None
-
-    @property
-    def key(self) -> str:
-        return run_key(self.tenant, self.job_id, self.scheduled_ms)
-
-
-@dataclass(frozen=True)
-class Execution:
-    """One line of the handler's log: an execution began (`done` False) or returned (True),
-    in the worker process `pid`."""
-
-    run_key: str
-    attempt: int
-    worker: str
-    done: bool
-    pid: int = 0
 
 
 @dataclass(frozen=True)
@@ -235,26 +206,11 @@ def reexecution_causes(
 
 def check_round(ledger: Ledger) -> RoundResult:
     """Judge one round's ledger."""
-    rows = {row.key: row for row in ledger.rows}
-    lost_keys = sorted(
-        key for key in ledger.expected if key not in rows or rows[key].status not in TERMINAL
-    )
+    verdict = check(ledger.expected, ledger.rows, ledger.executions, TERMINAL)
     per_key: dict[str, list[Execution]] = defaultdict(list)
-    returned: Counter[str] = Counter()
     for execution in ledger.executions:
-        if not execution.done:
+        if execution.began:
             per_key[execution.run_key].append(execution)
-        else:
-            returned[execution.run_key] += 1
-    duplicate_successes = 0
-    for key, starts in per_key.items():
-        row = rows.get(key)
-        if row is None or row.status != "succeeded":
-            continue
-        claims = Counter(e.attempt for e in starts)
-        after_success = any(e.attempt > row.attempt for e in starts)
-        if after_success or claims[row.attempt] > 1:
-            duplicate_successes += 1
     executions = sum(len(starts) for starts in per_key.values())
     early = sum(
         1
@@ -271,14 +227,15 @@ def check_round(ledger: Ledger) -> RoundResult:
     gaps: dict[str, float | None] = {}
     for n, fault in enumerate(ledger.faults):
         gaps[f"{n}:{fault.kind}"] = failover_gap_s(fault, ledger.rows, ledger.envelopes)
+    lost = verdict.lost
     return RoundResult(
-        lost=len(lost_keys),
-        lost_sample=lost_keys[:LOST_SAMPLE],
-        duplicate_successes=duplicate_successes,
+        lost=len(lost),
+        lost_sample=lost[:LOST_SAMPLE],
+        duplicate_successes=len(verdict.duplicate_successes),
         executions=executions,
         executed_occurrences=len(per_key),
         duplicate_executions=executions - len(per_key),
-        duplicate_completions=sum(n - 1 for n in returned.values() if n > 1),
+        duplicate_completions=sum(n - 1 for n in verdict.completions.values() if n > 1),
         early=early + early_envelopes,
         early_envelopes=early_envelopes,
         envelopes=len(ledger.envelopes),

@@ -7,8 +7,9 @@ Scenarios (issue 3):
 - memory per pending entry, by tracemalloc.
 A sweep over (tick_ms, wheel_size) backs the choice of the headline configuration.
 
-Run: `.venv/bin/python bench/bench_wheel.py [--quick]`. Writes bench/results/wheel.json and
-bench/results/wheel.md. Figures are medians of a few repetitions; nothing here is asserted.
+Run: `.venv/bin/python -m tickwheel.bench.components.wheel [--quick]`. Writes
+docs/results/wheel.json and docs/results/wheel.md. Figures are medians of a few repetitions;
+nothing here is asserted.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from tickwheel.bench.components import RESULTS
 from tickwheel.wheel import TimingWheel
-
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 # 2026-01-01T00:00:00Z plus 137 ms, so that neither seconds nor power-of-two spans line up
 # with the start by accident.
@@ -325,7 +325,7 @@ def markdown(results: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="reduced sizes, for a smoke run")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results directory")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
     args = parser.parse_args(argv)
 
     hot_n, shard_n, mem_n, deadline_n, reps, sweep_reps = (

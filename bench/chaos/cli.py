@@ -1,5 +1,4 @@
-"""`tickwheel bench chaos`: the fault-injection harness (registered standalone as `chaos`
-until the bench group lands)."""
+"""`tickwheel bench chaos`: the fault-injection harness on a private stack of its own."""
 
 from __future__ import annotations
 
@@ -7,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tickwheel.chaos.faults import FAULTS
+from tickwheel.bench.chaos.faults import FAULTS
 
 
 @click.command("chaos")
@@ -57,8 +56,8 @@ def chaos(
     lost 0, duplicate successes 0, early 0, unexplained re-executions 0 (exit 1 otherwise)."""
     import orjson
 
-    from tickwheel.chaos.deployment import Ports
-    from tickwheel.chaos.harness import Harness, Options, default_jars, table
+    from tickwheel.bench.chaos.deployment import Ports
+    from tickwheel.bench.chaos.harness import Harness, Options, default_jars, table
     from tickwheel.cli_support import fail, settings
 
     settings()  # a bad setting fails here with one line, before any service is started

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,8 +19,8 @@ from typing import Any
 import asyncpg
 import orjson
 
-from tickwheel.bench.fleet import Fleet
 from tickwheel.bench.scratch import TENANT, Scratch
+from tickwheel.bench.supervisor import Supervisor, free_port
 from tickwheel.clock import format_ms
 from tickwheel.domain import run_key
 from tickwheel.envelopes import Registration
@@ -84,7 +83,7 @@ async def _count_jobs(conn: asyncpg.Connection) -> int:
 
 
 async def _wait_for_jobs(
-    conn: asyncpg.Connection, total: int, progress: Progress, fleet: Fleet
+    conn: asyncpg.Connection, total: int, progress: Progress, fleet: Supervisor
 ) -> None:
     deadline = time.monotonic() + REGISTRATION_TIMEOUT_S
     while (done := await _count_jobs(conn)) < total:
@@ -117,7 +116,7 @@ async def register_bulk(res: Scratch, docs: Sequence[dict[str, Any]], progress: 
 
 
 async def register_kafka(
-    res: Scratch, docs: Sequence[dict[str, Any]], fleet: Fleet, progress: Progress
+    res: Scratch, docs: Sequence[dict[str, Any]], fleet: Supervisor, progress: Progress
 ) -> float:
     """Produce every registration, then let one registry process apply them; returns the
     registry's registrations per second from its spawn to the last job stored."""
@@ -145,15 +144,8 @@ async def register_kafka(
     return len(docs) / elapsed
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 async def register_http(
-    res: Scratch, docs: Sequence[dict[str, Any]], fleet: Fleet, progress: Progress
+    res: Scratch, docs: Sequence[dict[str, Any]], fleet: Supervisor, progress: Progress
 ) -> float:
     """POST every job to one registry process; returns requests per second."""
     try:

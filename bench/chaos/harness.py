@@ -14,23 +14,17 @@ from typing import Any
 
 import orjson
 
-from tickwheel.chaos.checker import (
-    Envelope,
-    Execution,
-    Ledger,
-    RunRow,
-    check_round,
-    summarize,
-)
-from tickwheel.chaos.deployment import SHARDS, Deployment, Ports
-from tickwheel.chaos.faults import (
+from tickwheel.bench.chaos.checker import Envelope, Ledger, check_round, summarize
+from tickwheel.bench.chaos.deployment import SHARDS, Deployment, Ports
+from tickwheel.bench.chaos.faults import (
     AT_REGISTRATION,
     FAULTS,
     SCHEDULERS,
     WORKERS,
     FaultContext,
 )
-from tickwheel.chaos.workload import Workload, make_workload
+from tickwheel.bench.chaos.workload import Workload, make_workload
+from tickwheel.bench.ledger import RunRow, read_executions
 from tickwheel.clock import now_ms
 from tickwheel.domain import PRIORITIES
 from tickwheel.envelopes import EnvelopeError, RunEnvelope
@@ -79,25 +73,6 @@ def plan(options: Options) -> list[tuple[str, str, int]]:
         rng.shuffle(cycle)
         out.extend((k, rng.choice(PHASES), rng.randrange(2)) for k in cycle)
     return out[: options.rounds]
-
-
-def read_executions(path: Path, tenant: str) -> list[Execution]:
-    if not path.is_file():
-        return []
-    prefix = f"{tenant}/"
-    found = []
-    for line in path.read_text(errors="replace").splitlines():
-        parts = line.split(" ")
-        if (
-            len(parts) == 5
-            and parts[1].startswith(prefix)
-            and parts[2].isdigit()
-            and parts[4].isdigit()
-        ):
-            found.append(
-                Execution(parts[1], int(parts[2]), parts[3], parts[0] == "D", int(parts[4]))
-            )
-    return found
 
 
 class RunTopics:
@@ -193,17 +168,17 @@ class Harness:
         deadline = time.monotonic() + WARM_UP_TIMEOUT_S
         dep = self.deployment
         while True:
-            rows = await dep.fetch(QUERIES["chaos_shard_owners"])
+            rows = await dep.fetch(QUERIES["ops_shard_leaders"])
             if sum(1 for r in rows if r["owner"]) == SHARDS:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError("the shards got no leaders within the warm-up bound")
             await asyncio.sleep(0.5)
         tenant = f"{self.tag}warm"
-        await dep.fetch(QUERIES["chaos_tenant_create"], tenant)
+        await dep.fetch(QUERIES["bench_tenant"], tenant)
         workload = make_workload(tenant, SHARDS, 1, ((now_ms() + BURST_LEAD_MS) // 1000) * 1000)
         await asyncio.to_thread(self._register, workload)
-        while not any(e.done for e in read_executions(dep.handler_log, tenant)):
+        while not any(e.returned for e in read_executions(dep.handler_log, tenant)):
             if time.monotonic() > deadline:
                 raise RuntimeError("no run was executed within the warm-up bound")
             await asyncio.sleep(0.5)
@@ -233,7 +208,7 @@ class Harness:
     async def _round(self, n: int, kind: str, phase: str, victim: int) -> dict[str, Any]:
         dep = self.deployment
         tenant = f"{self.tag}r{n}"
-        await dep.fetch(QUERIES["chaos_tenant_create"], tenant)
+        await dep.fetch(QUERIES["bench_tenant"], tenant)
         start_ms = now_ms()
         burst_ms = ((start_ms + BURST_LEAD_MS) // 1000) * 1000
         workload = make_workload(tenant, SHARDS, self.options.burst, burst_ms)
@@ -260,23 +235,12 @@ class Harness:
         unfinished = await self._drain(tenant, expected)
         exited = self._revive()
         rows = [
-            RunRow(
-                tenant,
-                r["job_id"],
-                r["scheduled_ms"],
-                r["shard_id"],
-                r["status"],
-                r["attempt"],
-                r["worker"],
-                r["published_ms"],
-                r["started_ms"],
-            )
-            for r in await dep.fetch(QUERIES["chaos_runs"], tenant)
+            RunRow(tenant, **dict(r)) for r in await dep.fetch(QUERIES["bench_ledger_runs"], tenant)
         ]
         executions = read_executions(dep.handler_log, tenant)
         await asyncio.to_thread(self.run_topics.catch_up)
         envelopes = self.run_topics.by_tenant.pop(tenant, [])
-        result = check_round(Ledger(expected, rows, executions, events, envelopes, dict(dep.ended)))
+        result = check_round(Ledger(expected, rows, executions, events, envelopes, dep.ended()))
         return {
             "round": n,
             "fault": kind,
@@ -312,17 +276,17 @@ class Harness:
     def _revive(self) -> dict[str, int]:
         """Processes that exited on their own (a finding: I9 says they must not linger
         half-dead, and after a service restart they should reconnect), started again."""
-        exited = self.deployment.dead()
-        for name, code in exited.items():
+        exited = {}
+        for child in self.deployment.procs.exited():
+            exited[child.name] = child.popen.returncode
             self.echo(
-                f"  {name} exited on its own with {code}: {self.deployment.log_tail(name, 3)}"
+                f"  {child.name} exited on its own with {exited[child.name]}: {child.tail(3)}"
             )
-            self.deployment.procs.pop(name)
-            if name in SCHEDULERS:
-                self.deployment.spawn_scheduler(name)
-            elif name in WORKERS:
-                self.deployment.spawn_worker(name)
-            elif name == "registry":
+            if child.name in SCHEDULERS:
+                self.deployment.spawn_scheduler(child.name)
+            elif child.name in WORKERS:
+                self.deployment.spawn_worker(child.name)
+            elif child.name == "registry":
                 self.deployment.spawn_registry()
         return exited
 

@@ -7,26 +7,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 
-from tickwheel.chaos.checker import WORKER_DIED, WORKER_STOPPED
-from tickwheel.chaos.handlers import LOG_ENV, WORKER_ENV
+from tickwheel.bench.chaos.checker import WORKER_DIED, WORKER_STOPPED
+from tickwheel.bench.handlers import DIR_ENV, EXECUTIONS_FILE
+from tickwheel.bench.supervisor import Child, Ending, Supervisor
 from tickwheel.config import Settings, load_settings
 from tickwheel.stack import DevStack
 from tickwheel.topics import Topics
 
-TICKWHEEL = str(Path(sys.executable).parent / "tickwheel")
+TICKWHEEL = str(Path(sys.executable).parent / "tickwheel")  # `db migrate` of the private stack
 SHARDS = 8
 ZK_SESSION_MS = 4000  # the private ZooKeeper's minimum (2 x its 500 ms... bounded at 1 s min)
 KAFKA_SESSION_MS = 6000  # the smallest consumer group session the settings accept
-STOP_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -47,11 +46,8 @@ class Deployment:
     root: Path
     ports: Ports
     echo: object = print
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     stack: DevStack | None = None
-    # Every process that ended, by pid: killed or exited on its own (WORKER_DIED), or stopped
-    # by SIGTERM (WORKER_STOPPED). The checker attributes re-executions with it.
-    ended: dict[int, str] = field(default_factory=dict)
+    _procs: Supervisor | None = None  # made once the private stack is up (its env needs it)
 
     @property
     def settings(self) -> Settings:
@@ -81,7 +77,7 @@ class Deployment:
 
     @property
     def handler_log(self) -> Path:
-        return self.root / "executions.log"
+        return self.root / EXECUTIONS_FILE
 
     def env(self) -> dict[str, str]:
         s = self.settings
@@ -104,7 +100,7 @@ class Deployment:
                 "TICKWHEEL_SCHEDULER_DB_CONNECTIONS": "4",
                 "TICKWHEEL_WORKER_GRACE_S": "2",
                 "TICKWHEEL_WORKER_CONCURRENCY": "16",
-                LOG_ENV: str(self.handler_log),
+                DIR_ENV: str(self.root),
             }
         )
         return env
@@ -130,80 +126,38 @@ class Deployment:
 
     # processes -------------------------------------------------------------------------------
 
-    def spawn(self, name: str, argv: list[str], **extra_env: str) -> subprocess.Popen[bytes]:
-        logs = self.root / "proc-logs"
-        logs.mkdir(exist_ok=True)
-        env = {**self.env(), **extra_env, WORKER_ENV: name}
-        with (logs / f"{name}.log").open("ab") as sink:
-            proc = subprocess.Popen(
-                [TICKWHEEL, *argv],
-                env=env,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # a Ctrl-C of the harness reaches only the harness
-            )
-        self.procs[name] = proc
-        return proc
+    @property
+    def procs(self) -> Supervisor:
+        if self._procs is None:
+            self._procs = Supervisor(self.env(), self.root / "proc-logs", inherit=False)
+        return self._procs
 
-    def spawn_scheduler(self, name: str) -> subprocess.Popen[bytes]:
+    def spawn(self, name: str, argv: list[str], **extra_env: str) -> Child:
+        return self.procs.start(name, argv, extra_env)
+
+    def spawn_scheduler(self, name: str) -> Child:
         return self.spawn(name, ["scheduler", "--id", name])
 
-    def spawn_worker(self, name: str, **extra_env: str) -> subprocess.Popen[bytes]:
-        argv = ["worker", "--handlers", "tickwheel.chaos.handlers", "--id", name]
+    def spawn_worker(self, name: str, **extra_env: str) -> Child:
+        argv = ["worker", "--handlers", "tickwheel.bench.handlers", "--id", name]
         return self.spawn(name, argv, **extra_env)
 
-    def spawn_registry(self, name: str = "registry") -> subprocess.Popen[bytes]:
+    def spawn_registry(self, name: str = "registry") -> Child:
         return self.spawn(name, ["registry", "--no-http"])
 
-    def signal(self, name: str, sig: int) -> None:
-        proc = self.procs[name]
-        if proc.poll() is None:
-            os.kill(proc.pid, sig)
-
-    def kill(self, name: str) -> None:
-        """kill -9 a process the harness started, and reap it."""
-        self.signal(name, signal.SIGKILL)
-        self.procs[name].wait(10)
-        self.ended[self.procs[name].pid] = WORKER_DIED
-
-    def stop(self, name: str) -> int | None:
-        """SIGTERM (after SIGCONT, in case it is paused), then SIGKILL past the grace."""
-        proc = self.procs.pop(name, None)
-        if proc is None:
-            return None
-        if proc.poll() is not None:
-            self.ended[proc.pid] = WORKER_DIED
-            return proc.returncode
-        self.ended[proc.pid] = WORKER_STOPPED
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGCONT)
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            return proc.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            self.ended[proc.pid] = WORKER_DIED
-            proc.kill()
-            return proc.wait(10)
-
-    def dead(self) -> dict[str, int]:
-        """Processes that exited on their own: name -> exit code."""
-        exited = {n: p for n, p in self.procs.items() if p.poll() is not None}
-        for proc in exited.values():
-            self.ended[proc.pid] = WORKER_DIED
-        return {n: p.returncode for n, p in exited.items()}
-
-    def log_tail(self, name: str, lines: int = 5) -> str:
-        path = self.root / "proc-logs" / f"{name}.log"
-        if not path.is_file():
-            return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    def ended(self) -> dict[int, str]:
+        """Every process that ended, by pid, as the checker's causes: stopped by SIGTERM
+        (WORKER_STOPPED), or killed or exited on its own (WORKER_DIED)."""
+        return {
+            pid: WORKER_STOPPED if how is Ending.STOPPED else WORKER_DIED
+            for pid, how in self.procs.ended.items()
+        }
 
     def close(self) -> None:
         """Stop every process, then the private services: always, also after Ctrl-C."""
-        for name in list(self.procs):
+        if self._procs is not None:
             with contextlib.suppress(Exception):
-                self.stop(name)
+                self._procs.stop()
         if self.stack is not None:
             self.stack.down()
 

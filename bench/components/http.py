@@ -12,7 +12,7 @@ of an existing job with a changed payload (200, version + 1), 5% POST of an unch
 /healthz at the same rate: the same HTTP stack plus one `SELECT 1`, without auth, validation
 or job SQL.
 
-    .venv/bin/python bench/bench_http.py [--rate 200] [--seconds 20] [--repeat 3]
+    .venv/bin/python -m tickwheel.bench.components.http [--rate 200] [--seconds 20] [--repeat 3]
                                          [--baseline-seconds 10]
                                          [--probe-rates 400,600,800] [--probe-seconds 10]
 
@@ -41,6 +41,7 @@ import asyncpg
 import httpx
 
 from tickwheel import db
+from tickwheel.bench.components import RESULTS
 from tickwheel.config import load_settings
 from tickwheel.registry_api.cursors import jobs_cursor
 from tickwheel.registry_api.document import Limits
@@ -48,7 +49,6 @@ from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.testing import migrate, scratch_database_async
 
-RESULTS = Path(__file__).parent / "results"
 HOST = "127.0.0.1"  # loopback only
 SHARDS = 64
 MIX = (
