@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from tickwheel import Context, handler
+from tickwheel.bench.ledger import BEGAN, FAILED, OK
+from tickwheel.bench.supervisor import WORKER_NAME_ENV
 
 DIR_ENV = "TICKWHEEL_BENCH_DIR"
-WORKER_ENV = "TICKWHEEL_BENCH_WORKER"
 EXECUTIONS_FILE = "executions.log"
 FIXED_FILE = "fixed"
-BEGAN, OK, FAILED = "began", "ok", "failed"
 MS_PER_S = 1000.0
 
 
@@ -45,7 +45,7 @@ def _folder() -> Path:
 
 def note(event: str, ctx: Context) -> None:
     """Append one event of this execution to the execution log."""
-    worker = os.environ.get(WORKER_ENV, "worker")
+    worker = os.environ.get(WORKER_NAME_ENV, "worker")
     line = f"{event} {ctx.run_key} {ctx.attempt} {worker} {os.getpid()}\n"
     fd = os.open(_folder() / EXECUTIONS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

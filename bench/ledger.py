@@ -32,7 +32,7 @@ from tickwheel.domain import RunStatus, run_key
 
 TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.DEAD, RunStatus.SKIPPED})
 COMPLETE = frozenset({RunStatus.SUCCEEDED, RunStatus.SKIPPED})
-BEGAN, OK, FAILED = "began", "ok", "failed"  # handlers.py's events
+BEGAN, OK, FAILED = "began", "ok", "failed"  # the events of the execution log (handlers.py)
 
 
 @dataclass(frozen=True)

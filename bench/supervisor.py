@@ -39,7 +39,7 @@ STOP_GRACE_S = 30.0  # seconds between SIGTERM and SIGKILL
 REAP_TIMEOUT_S = 10.0  # seconds a SIGKILLed child may take to be reaped
 LOG_TAIL_BYTES = 2000
 PAGE_KIB = 1024
-WORKER_NAME_ENV = "TICKWHEEL_BENCH_WORKER"  # read by handlers.py
+WORKER_NAME_ENV = "TICKWHEEL_BENCH_WORKER"  # each child's name, read by handlers.py
 
 
 class SupervisorError(RuntimeError):
