@@ -1,1 +1,2 @@
-"""Job registry: HTTP API and Kafka registration intake (later issues)."""
+"""The registry: the job document, the HTTP API and the Kafka registration intake, runs on
+demand (trigger, backfill, replay), and the operators' home (ops/)."""

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings
+from tickwheel.cli_support import EXIT_BAD_INPUT, cannot_connect, fail, settings
 from tickwheel.config import redact_dsn
 
 
@@ -67,7 +67,7 @@ def tenant_add(name: str) -> None:
         err = dbmod.domain_error(exc)
         fail(str(err) if err else f"cannot create tenant {name!r}: {exc}", EXIT_BAD_INPUT)
     except OSError as exc:
-        fail(f"cannot connect to Postgres at {redact_dsn(settings().effective_dsn)}: {exc}")
+        fail(cannot_connect(settings().effective_dsn, exc))
     click.echo(f"tenant {name} created; its API key (shown once):")
     click.echo(key)
 

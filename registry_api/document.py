@@ -40,7 +40,7 @@ from tickwheel.schedule import (
     parse_at,
 )
 from tickwheel.sharding import shard_of
-from tickwheel.targets import TargetError, check_headers, check_target_url
+from tickwheel.target_rules import TargetError, check_headers, check_target_url
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ The app is assembled here from modules of one concern each:
     cursors.py   opaque keyset cursors;  patch.py  JSON merge patch (RFC 7386)
     metrics.py   Prometheus collectors, the request log, the request body bound
     auth.py      bearer keys → tenants, with a short positive cache
-    ops_routes.py  operators' cross-tenant endpoints (operator keys) and the /ui status page
+    ops/routes.py  operators' cross-tenant endpoints (operator keys) and the /ui status page
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tickwheel.registry_api.auth import KeyCache
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.errors import install_error_handlers
 from tickwheel.registry_api.metrics import Metrics, Observe
-from tickwheel.registry_api.ops_routes import install as install_ops
+from tickwheel.registry_api.ops.routes import install as install_ops
 from tickwheel.registry_api.params import Registry
 from tickwheel.registry_api.routes import jobs, operations
 from tickwheel.registry_api.store import RegistryStore
@@ -61,5 +61,5 @@ def create_app(
     install_error_handlers(app)
     app.include_router(jobs)
     app.include_router(operations)
-    install_ops(app)  # /v1/ops/… and the /ui status page (ops_routes.py)
+    install_ops(app)  # /v1/ops/… and the /ui status page (ops/routes.py)
     return app

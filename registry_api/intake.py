@@ -50,10 +50,10 @@ from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
+from tickwheel.crash_points import crash_point, fail_point
 from tickwheel.db import DB_ERRORS, is_data_error
 from tickwheel.domain import RegistrationOp
 from tickwheel.envelopes import EnvelopeError, Registration, Rejection
-from tickwheel.faults import crash_point, fail_point
 from tickwheel.kafka import (
     PRODUCER_MESSAGE_MAX_BYTES,
     BatchConsumer,

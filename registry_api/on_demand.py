@@ -138,7 +138,7 @@ class BackfillRefused(ValueError):
 
 def retention_start_ms(now_ms: int, retention_days: int) -> int:
     """The first instant the run history keeps: the start of the UTC day `retention_days`
-    before today (as `operations.gc.cutoff_day`)."""
+    before today (as `tickwheel.maintenance.cutoff_day`)."""
     return (now_ms // DAY_MS - retention_days) * DAY_MS
 
 

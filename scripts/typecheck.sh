@@ -9,7 +9,7 @@ rm -rf "$tree" && mkdir -p "$tree/tickwheel"
 for entry in "$root"/tickwheel/*; do
   ln -s "$entry" "$tree/tickwheel/$(basename "$entry")"
 done
-for sub in wheel shards workers registry_api; do
+for sub in wheel shards workers registry_api bench; do
   ln -s "$root/$sub" "$tree/tickwheel/$sub"
 done
 cd "$tree"

@@ -28,35 +28,16 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
+
+from tickwheel.deployment import member_data
 
 log = logging.getLogger("tickwheel.scheduler.election")
 
 START_TIMEOUT_S = 15.0  # seconds to wait for the first ZooKeeper connection
 REGISTER_RETRY_S = 0.5  # seconds between tries while an old session's member node lingers
-
-
-def zk_root(topic_prefix: str) -> str:
-    """The ZooKeeper folder of one deployment (the topic prefix names a deployment)."""
-    return f"/tickwheel/{topic_prefix}"
-
-
-def member_data(member_id: str, metrics_address: str | None) -> bytes:
-    """What a member node holds: its id and where its metrics are served (or null)."""
-    return orjson.dumps({"id": member_id, "metrics": metrics_address})
-
-
-def parse_member_data(member_id: str, data: bytes) -> str | None:
-    """The metrics address a member node advertises; None when it has none (or is unreadable)."""
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None  # a node written by an older scheduler held just its id
-    address = value.get("metrics") if isinstance(value, dict) else None
-    return address if isinstance(address, str) else None
 
 
 class Election:

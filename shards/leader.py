@@ -33,10 +33,10 @@ Why a crash at any step loses nothing and runs nothing twice in effect:
     - before 2 commits: nothing was written; the job's `next_run_at` is unchanged, so the next
       leader (or this one after a restart) loads it as due and claims it, late, under the
       job's misfire policy;
-    - after 2, before 3 (crash point `scheduler.after_claim`): the pending rows are the outbox;
+    - after 2, before 3 (crash point `scheduler_after_claim`): the pending rows are the outbox;
       the next leader of the shard adopts them at its takeover (`outbox_adopt`: pending rows
       of an earlier epoch) and publishes them with the same attempt;
-    - after 3 (crash point `scheduler.after_publish`): the runs are on Kafka and still
+    - after 3 (crash point `scheduler_after_publish`): the runs are on Kafka and still
       `pending`; the next leader adopts and publishes them once more, and the worker's claim
       `WHERE attempt = … AND status IN ('pending', 'published')` lets only one delivery run
       (I4);
@@ -73,10 +73,10 @@ from typing import Any, cast
 import asyncpg
 
 from tickwheel import db as dbmod
+from tickwheel.crash_points import crash_point
 from tickwheel.domain import JobStatus, OverlapPolicy, RunStatus, job_key, run_key
-from tickwheel.faults import crash_point
 from tickwheel.kafka import PublishError
-from tickwheel.operations.gc import run_gc
+from tickwheel.maintenance import Upkeep
 from tickwheel.queries import QUERIES
 from tickwheel.schedule import REASON_OVERLAP, ScheduleCache
 from tickwheel.shards import store
@@ -98,8 +98,6 @@ log = logging.getLogger("tickwheel.scheduler.leader")
 WHEEL_TICK_MS = 1  # exact to the millisecond (DECISIONS: recommended leader shape)
 WHEEL_SIZE = 256
 RETRY_BACKOFF_S = 1.0  # seconds a leader waits after a failed database round trip
-HOUSEKEEPING_INTERVAL_S = 3600.0  # seconds between partition upkeep runs (shard 0's leader)
-GC_INTERVAL_S = 86_400.0  # seconds between retention runs (shard 0's leader; at takeover too)
 UNBLOCK_CONNECT_TIMEOUT_S = 10.0  # seconds to open (and close) the connection that ends blockers
 # A periodic step (sweep, re-sync) that fails so is logged and tried again at its next turn.
 STEP_ERRORS: tuple[type[BaseException], ...] = (*store.DB_ERRORS, PublishError)
@@ -166,8 +164,7 @@ class ShardLeader:
         self._stopping = False
         self._maybe_buffered = True
         self._retries_hinted = False  # a trigger or backfill was written: load retries now
-        self._last_housekeeping: float | None = None  # time.monotonic() of the last run
-        self._last_gc: float | None = None  # time.monotonic() of the last retention run
+        self._upkeep = Upkeep()  # partitions and retention, run by shard 0's leader
         self.feed_since: str | None = None  # feed position read at takeover
         self._unacked: list[Dispatch] = []  # committed runs the broker refused: publish again
         self._adopting = False  # pending rows of an unclean predecessor remain (takeover)
@@ -384,7 +381,7 @@ class ShardLeader:
                     counts = await store.in_flight(conn, keys) if keys else None
                     batch = plan_claims(chunk, now, self.s.cache, counts)
                     claimed = await store.claim(conn, self.lease, self.cfg.publish_lease_ms, batch)
-                crash_point("scheduler.after_claim")
+                crash_point("scheduler_after_claim")
                 stale: list[tuple[str, str]] = []
                 for entry, next_ms in zip(batch.entries, batch.next_ms, strict=True):
                     if (entry.tenant, entry.job_id) in claimed.jobs:
@@ -468,7 +465,7 @@ class ShardLeader:
             return
         assert self.lease is not None
         acked = await self.s.outbox.publish(runs, self.lease.epoch)
-        crash_point("scheduler.after_publish")
+        crash_point("scheduler_after_publish")
         if len(acked) < len(runs):
             done = {id(r) for r in acked}
             self._unacked.extend(r for r in runs if id(r) not in done)
@@ -517,21 +514,14 @@ class ShardLeader:
                 async with store.fenced(conn, self.lease):
                     released = await store.release_buffered(conn, self.lease, lease_ms)
                 self._maybe_buffered = await store.has_buffered(conn, self.shard)
-            last = self._last_housekeeping
-            if self.shard == 0 and (
-                last is None or time.monotonic() - last > HOUSEKEEPING_INTERVAL_S
-            ):
-                created = await dbmod.ensure_partitions(cast(asyncpg.Connection, conn))
-                self._last_housekeeping = time.monotonic()
-                log.info("job_runs partitions ensured", extra={"partitions_created": created})
-            if self.shard == 0 and (
-                self._last_gc is None or time.monotonic() - self._last_gc > GC_INTERVAL_S
-            ):
-                self._last_gc = time.monotonic()
-                report = await run_gc(
-                    cast(asyncpg.Connection, conn), retention_days=self.s.config.retention_days
+            if self.shard == 0:
+                created, report = await self._upkeep.run_due(
+                    cast(asyncpg.Connection, conn), self.s.config.retention_days
                 )
-                log.info("retention applied", extra={"gc": report.to_json()})
+                if created is not None:
+                    log.info("job_runs partitions ensured", extra={"partitions_created": created})
+                if report is not None:
+                    log.info("retention applied", extra={"gc": report.to_json()})
         unacked, self._unacked = self._unacked, []  # a refusal again puts them back
         if unacked or adopted or again or requeued or dead or released:
             log.info(

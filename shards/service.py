@@ -29,13 +29,14 @@ from kazoo.exceptions import KazooException
 
 from tickwheel import db
 from tickwheel.config import Settings
+from tickwheel.deployment import zk_root
 from tickwheel.kafka import producer
 from tickwheel.runtime import Process, tune_gc
 from tickwheel.schedule import ScheduleCache
 from tickwheel.shards import store
 from tickwheel.shards.assignment import assign
 from tickwheel.shards.dbclock import DbClock
-from tickwheel.shards.election import Election, zk_root
+from tickwheel.shards.election import Election
 from tickwheel.shards.feed import ChangeFeed
 from tickwheel.shards.leader import LeaderConfig, ShardLeader, Shared
 from tickwheel.shards.metrics import SchedulerMetrics

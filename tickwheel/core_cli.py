@@ -1,15 +1,22 @@
-"""The core's own commands: `tickwheel db …` (schema, partitions) and `tickwheel topics …`."""
+"""The ground's own commands: `tickwheel db …` (schema, partitions), `tickwheel gc` (retention,
+alias `tickwheel db retention`) and `tickwheel topics …`."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import click
 
-from tickwheel.cli_support import fail, settings
-from tickwheel.config import redact_dsn
+from tickwheel.cli_support import (
+    OneLineCommand,
+    cannot_connect,
+    emit_json,
+    fail,
+    one_line_errors,
+    settings,
+    with_db,
+)
 
 T = TypeVar("T")
 
@@ -27,10 +34,11 @@ def _run_db(action: Callable[[Any], Awaitable[T]]) -> T:
     from tickwheel import db as dbmod
 
     async def go() -> T:
+        dsn = settings().effective_dsn
         try:
-            conn = await dbmod.connect(settings().effective_dsn)
+            conn = await dbmod.connect(dsn)
         except Exception as exc:  # unreachable or refused: one line, not a trace
-            fail(f"cannot connect to Postgres at {redact_dsn(settings().effective_dsn)}: {exc}")
+            fail(cannot_connect(dsn, exc))
         try:
             return await action(conn)
         except asyncpg.PostgresError as exc:  # e.g. no privilege, a migration that fails
@@ -68,22 +76,6 @@ def db_partitions(days_ahead: int) -> None:
     click.echo(f"job_runs partitions created: {created}")
 
 
-@db.command("retention")
-@click.option(
-    "--keep-days",
-    required=True,
-    type=click.IntRange(1, 36500),
-    help="Keep run history of this many days; older partitions are dropped.",
-)
-def db_retention(keep_days: int) -> None:
-    """Drop job_runs partitions older than KEEP_DAYS (retention is a partition drop)."""
-    from tickwheel import db as dbmod
-
-    keep_from = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=keep_days)
-    dropped = _run_db(lambda conn: dbmod.drop_partitions_before(conn, keep_from))
-    click.echo("dropped: " + (", ".join(dropped) if dropped else "nothing"))
-
-
 @click.group()
 def topics() -> None:
     """Kafka topics of DESIGN §5."""
@@ -118,3 +110,34 @@ def topics_create(partitions: int | None, replication: int | None) -> None:
     except Exception as exc:
         fail(f"cannot create topics on {s.effective_kafka}: {exc}")
     click.echo("created: " + (", ".join(created) if created else "nothing (all exist)"))
+
+
+@click.command("gc", cls=OneLineCommand)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--keep-days",
+    type=click.IntRange(1, 36500),
+    default=None,
+    help="Keep this many days of run history. [default: TICKWHEEL_RETENTION_DAYS]",
+)
+@one_line_errors
+def gc(as_json: bool, keep_days: int | None) -> None:
+    """Retention: drop run history and completed one-offs older than TICKWHEEL_RETENTION_DAYS
+    (or --keep-days). Also `tickwheel db retention`."""
+    from tickwheel.maintenance import run_gc
+
+    days = keep_days if keep_days is not None else settings().retention_days
+    report = with_db(lambda conn: run_gc(conn, retention_days=days))
+    if as_json:
+        emit_json(report.to_json())
+        return
+    dropped = ", ".join(report.dropped_partitions) or "none"
+    click.echo(f"kept from {report.keep_from.isoformat()} (retention {days} days)")
+    click.echo(f"dropped partitions: {dropped}")
+    click.echo(f"removed completed one-off jobs: {report.removed_jobs}")
+    click.echo(f"removed replay records: {report.removed_replay_records}")
+    click.echo(f"removed trigger idempotency keys: {report.removed_trigger_keys}")
+
+
+# The one retention command, also under the name it had beside the partition upkeep.
+db.add_command(gc, "retention")

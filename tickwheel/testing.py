@@ -1,6 +1,6 @@
 """Scratch databases, unique topics and topic reads on the real services, for tests and benchmarks.
 
-Tests (tests/conftest.py) and benchmarks (bench/, run as `python bench/x.py`) both need a
+Tests (tests/conftest.py) and the harnesses (bench/: the benchmarks, the demo) both need a
 throwaway database, often migrated or cloned from a migrated template, and topics under a
 prefix no one else uses; both import them from here. Nothing in the scheduler imports this.
 """

@@ -35,7 +35,7 @@ def worker(
     import uvloop
 
     from tickwheel import logs
-    from tickwheel.cli_support import fail, settings
+    from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings
     from tickwheel.config import redact_dsn
     from tickwheel.workers.handlers import HandlerLoadError, load_modules
     from tickwheel.workers.service import default_worker_id, serve
@@ -44,7 +44,7 @@ def worker(
     try:
         load_modules(names)
     except HandlerLoadError as exc:
-        fail(str(exc), 2)
+        fail(str(exc), EXIT_BAD_INPUT)
     logs.setup()
     s = settings()
     try:

@@ -77,10 +77,11 @@ from confluent_kafka import (
 
 from tickwheel.clock import ms_to_datetime, now_ms
 from tickwheel.config import Settings
+from tickwheel.crash_points import crash_point
 from tickwheel.db import DB_ERRORS
+from tickwheel.deployment import worker_group
 from tickwheel.domain import INSTANT_MAX_MS, INSTANT_MIN_MS, PRIORITIES, RunStatus
 from tickwheel.envelopes import DeadLetter, EnvelopeError, RunEnvelope, UnreadableRun, cut_text
-from tickwheel.faults import crash_point
 from tickwheel.kafka import (
     PRODUCER_MESSAGE_MAX_BYTES,
     BatchConsumer,
@@ -110,11 +111,6 @@ RECORD_ERRORS: tuple[type[BaseException], ...] = (*DB_ERRORS, PublishError)
 DB_RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0)  # then the process dies (I9)
 RECORD_LINGER_S = 0.005  # after a first result, gather others finishing this long
 WORKER_ASSIGNOR = "range"  # see make_worker
-
-
-def worker_group(settings: Settings) -> str:
-    """The consumer group every worker of one deployment (topic prefix) joins."""
-    return f"{settings.topic_prefix}.workers"
 
 
 def default_worker_id() -> str:
@@ -739,7 +735,7 @@ def make_worker(
         pool,
         consumer(
             settings.effective_kafka,
-            worker_group(settings),
+            worker_group(settings.topic_prefix),
             **{
                 "client.id": f"worker-{worker_id}",
                 "session.timeout.ms": settings.kafka_session_timeout_ms,

@@ -21,7 +21,7 @@ A job may name `"target": {"url", "method", "headers"}` instead of a handler. Fo
 The request carries `Idempotency-Key: <run key>`, so a downstream can drop the second
 delivery of an at-least-once run. The body is the job's payload as JSON.
 
-The allowlist match is the registry's own rule (`tickwheel.targets.matching_entry`): the URL
+The allowlist match is the registry's own rule (`tickwheel.target_rules.matching_entry`): the URL
 normalised, no credentials or dot segments (literal or encoded), scheme, host and port equal,
 path at or below the entry's path on a segment boundary.
 """
@@ -40,7 +40,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx
 import orjson
 
-from tickwheel.targets import TargetError, matching_entry
+from tickwheel.target_rules import TargetError, matching_entry
 from tickwheel.workers.handlers import PermanentError
 from tickwheel.workers.limits import CircuitBreaker, TokenBucket
 
@@ -71,8 +71,9 @@ class TargetPolicy:
 
 
 def allowlist_entry(url: str, allowlist: Sequence[str]) -> str | None:
-    """The allowlist entry `url` falls under, or None: the registry's rule (tickwheel.targets),
-    where a URL that is not acceptable at all (credentials, dot segments, …) matches nothing."""
+    """The allowlist entry `url` falls under, or None: the registry's rule
+    (tickwheel.target_rules), where a URL that is not acceptable at all (credentials, dot
+    segments, …) matches nothing."""
     try:
         return matching_entry(url, allowlist)
     except TargetError:

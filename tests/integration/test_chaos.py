@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tickwheel.chaos.deployment import ZK_SESSION_MS, Ports
-from tickwheel.chaos.harness import Harness, Options, default_jars
+from tickwheel.bench.chaos.deployment import ZK_SESSION_MS, Ports
+from tickwheel.bench.chaos.harness import Harness, Options, default_jars
+from tickwheel.bench.supervisor import free_ports
 from tickwheel.stack.zookeeper import ZK_TICK_MS
 
 pytestmark = [
@@ -20,17 +21,6 @@ pytestmark = [
     # tracked by pid files); the garbage collector's "still running" note is expected here.
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _listening(port: int) -> bool:
@@ -45,7 +35,7 @@ def test_two_rounds_of_process_faults_lose_nothing_and_succeed_nothing_twice(
     """seed 3: a leader and a worker killed with -9 during due runs; the checker finds lost 0,
     duplicate successes 0, early 0, every re-execution a run of the killed worker, and the
     leader's shards resumed within session + 1 s"""
-    ports = Ports(*_free_ports(4))
+    ports = Ports(*free_ports(4))
     options = Options(
         rounds=2,
         seed=3,

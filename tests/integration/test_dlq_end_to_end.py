@@ -16,8 +16,8 @@ import pytest
 
 from tickwheel.domain import RegistrationOp
 from tickwheel.envelopes import DeadLetter
-from tickwheel.operations.dlq import read_dead_letters
 from tickwheel.registry_api.on_demand import TriggerRequest
+from tickwheel.registry_api.ops.dlq import read_dead_letters
 from tickwheel.registry_api.state import Op
 from tickwheel.registry_api.store import RegistryStore
 

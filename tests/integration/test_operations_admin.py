@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 
 from tickwheel.cli import main
 from tickwheel.clock import now_ms
-from tickwheel.operations.gc import run_gc
+from tickwheel.maintenance import run_gc
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import Limits, parse_document, validate_job
 from tickwheel.registry_api.state import Op

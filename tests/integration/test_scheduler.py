@@ -319,7 +319,7 @@ async def _run_row(sched: SchedEnv, job_id: str) -> Any:
     return rows[0] if rows else None
 
 
-@pytest.mark.parametrize("fault", ["scheduler.after_claim", "scheduler.after_publish"])
+@pytest.mark.parametrize("fault", ["scheduler_after_claim", "scheduler_after_publish"])
 async def test_next_leader_adopts_the_pending_runs_of_a_leader_that_died(
     sched: SchedEnv, fault: str
 ) -> None:
@@ -334,7 +334,7 @@ async def test_next_leader_adopts_the_pending_runs_of_a_leader_that_died(
     row = await _run_row(sched, "once")
     assert row["status"] == "pending" and row["published_ms"] is None
     before = _published(sched, "once")
-    assert len(before) == (1 if fault == "scheduler.after_publish" else 0)
+    assert len(before) == (1 if fault == "scheduler_after_publish" else 0)
     async with running_scheduler(sched, "survivor"):
         await wait_for(
             lambda: _published_count(sched, "once", len(before) + 1),

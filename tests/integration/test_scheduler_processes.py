@@ -18,9 +18,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from tickwheel.clock import format_ms
+from tickwheel.deployment import zk_root
 from tickwheel.sharding import shard_of
 from tickwheel.shards.assignment import capacity
-from tickwheel.shards.election import zk_root
 from tickwheel.stack.zookeeper import ZK_TICK_MS
 
 from .conftest import ZK_TEST_SESSION_MS, SchedEnv, consume_runs, wait_for

@@ -13,11 +13,11 @@ import logging
 
 import pytest
 
+from tickwheel.deployment import worker_group
 from tickwheel.envelopes import UnreadableRun
 from tickwheel.stack import Addresses
 from tickwheel.testing import produce
 from tickwheel.topics import Topics
-from tickwheel.workers.service import worker_group
 
 from .test_workers import (
     RunSpec,
@@ -86,7 +86,7 @@ async def test_forged_envelopes_the_ledger_cannot_hold_are_dead_lettered_and_the
     produce(stack.kafka, topics.runs("low"), [(b"nightly", raw) for raw in poison])
     publish(stack.kafka, topics, tenant, legit)
     settings = worker_settings(stack, db_dsn, topics)
-    group = worker_group(settings)
+    group = worker_group(settings.topic_prefix)
     run_topics = [topics.runs(p) for p in RUN_TOPICS]
     caplog.set_level(logging.WARNING)
     async with running_worker(settings) as worker:
@@ -135,7 +135,7 @@ async def test_a_huge_garbage_message_is_dead_lettered_within_one_message(
     produce(stack.kafka, topics.runs("low"), [(b"beside", garbage)])
     publish(stack.kafka, topics, tenant, legit)
     settings = worker_settings(stack, db_dsn, topics)
-    group = worker_group(settings)
+    group = worker_group(settings.topic_prefix)
     caplog.set_level(logging.WARNING)
     async with running_worker(settings):
         await wait_for(lambda: statuses_are(db_dsn, tenant, "succeeded", 1), 30, "the run")

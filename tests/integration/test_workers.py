@@ -36,9 +36,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tickwheel import PermanentError, handler
 from tickwheel.config import Settings, load_settings
+from tickwheel.crash_points import FAULT_EXIT_CODE
+from tickwheel.deployment import worker_group
 from tickwheel.domain import run_key
 from tickwheel.envelopes import DeadLetter, RunEnvelope, UnreadableRun
-from tickwheel.faults import FAULT_EXIT_CODE
 from tickwheel.kafka import producer
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.http import create_app
@@ -48,7 +49,7 @@ from tickwheel.stack import Addresses
 from tickwheel.testing import drain, produce
 from tickwheel.topics import Topics
 from tickwheel.workers.handlers import Context
-from tickwheel.workers.service import Worker, make_worker, worker_group
+from tickwheel.workers.service import Worker, make_worker
 
 pytestmark = pytest.mark.integration
 
@@ -427,7 +428,7 @@ async def test_crash_after_result_write_redelivery_is_skipped(
     publish(stack.kafka, topics, tenant, [spec])
     assert await asyncio.to_thread(crashing.wait, 60) == FAULT_EXIT_CODE
     assert (await runs_of(db_dsn, tenant))["once"]["status"] == "succeeded"
-    group = worker_group(load_settings(topic_prefix=topics.prefix))
+    group = worker_group(topics.prefix)
     run_topics = [topics.runs(p) for p in ("high", "normal", "low")]
     assert committed_total(stack.kafka, group, run_topics) == 0
 
@@ -547,7 +548,7 @@ async def test_permanent_error_unknown_handler_and_bad_messages(
     async with running_worker(settings) as worker:
         await wait_for(lambda: statuses_are(db_dsn, tenant, "dead", 2), 30, "dead runs")
         await wait_for(lambda: statuses_are(db_dsn, tenant, "succeeded", 1), 30, "fine run")
-        group = worker_group(settings)
+        group = worker_group(settings.topic_prefix)
         run_topics = [topics.runs(p) for p in ("high", "normal", "low")]
         await wait_for(
             lambda: asyncio.sleep(0, committed_total(stack.kafka, group, run_topics) == 7),
@@ -902,5 +903,5 @@ async def test_sigterm_lets_in_flight_run_finish_and_exits_zero(
     proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(proc.wait, 30) == 0
     assert (await runs_of(db_dsn, tenant))["inflight"]["status"] == "succeeded"
-    group = worker_group(load_settings(topic_prefix=topics.prefix))
+    group = worker_group(topics.prefix)
     assert committed_total(stack.kafka, group, [topics.runs("normal")]) == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tickwheel.chaos.checker import (
+from tickwheel.bench.chaos.checker import (
     Envelope,
     Execution,
     FaultEvent,
@@ -28,7 +28,7 @@ def _row(job: str, ms: int, status: str = "succeeded", attempt: int = 1, **kw: o
 
 
 def _start(key: str, attempt: int = 1, worker: str = "w1", pid: int = 0) -> Execution:
-    return Execution(key, attempt, worker, done=False, pid=pid)
+    return Execution(key, attempt, worker, "began", pid=pid)
 
 
 def test_clean_round_has_no_findings() -> None:
@@ -60,7 +60,7 @@ def test_retry_after_a_crash_is_a_duplicate_execution_not_a_duplicate_success() 
 
 
 def _done(key: str, attempt: int = 1, worker: str = "w1") -> Execution:
-    return Execution(key, attempt, worker, done=True)
+    return Execution(key, attempt, worker, "ok")
 
 
 def test_a_run_interrupted_and_run_again_completed_once_a_repeated_one_twice() -> None:

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tickwheel.chaos.faults import FAULTS
-from tickwheel.chaos.harness import Options, plan, read_executions
-from tickwheel.chaos.workload import make_workload
+from tickwheel.bench.chaos.faults import FAULTS
+from tickwheel.bench.chaos.harness import Options, plan
+from tickwheel.bench.chaos.workload import make_workload
+from tickwheel.bench.ledger import read_executions
 from tickwheel.domain import run_key
 from tickwheel.sharding import shard_of
 
@@ -25,11 +26,15 @@ def test_every_cycle_of_the_plan_covers_every_fault_kind() -> None:
 
 
 def test_execution_log_lines_of_other_tenants_and_torn_lines_are_ignored(tmp_path: Path) -> None:
-    """S/D lines of the tenant are read; another tenant's and a line cut by kill -9 are not"""
+    """began/ok lines of the tenant are read; another tenant's and a line cut by kill -9 are
+    not"""
     log = tmp_path / "executions.log"
-    log.write_text("S t1/a@1000 1 w1 41\nD t1/a@1000 1 w1 41\nS t2/a@1000 1 w1 41\nS t1/b@1000 1 w")
+    log.write_text(
+        "began t1/a@1000 1 w1 41\nok t1/a@1000 1 w1 41\nbegan t2/a@1000 1 w1 41\n"
+        "began t1/b@1000 1 w"
+    )
     found = read_executions(log, "t1")
-    assert [(e.run_key, e.done, e.pid) for e in found] == [
+    assert [(e.run_key, e.returned, e.pid) for e in found] == [
         ("t1/a@1000", False, 41),
         ("t1/a@1000", True, 41),
     ]

@@ -6,12 +6,11 @@ import pytest
 from click.testing import CliRunner
 
 from tickwheel.cli import main
+from tickwheel.cli_support import BadInput, table
 from tickwheel.envelopes import DeadLetter, RunEnvelope
-from tickwheel.operations.cli import parse_rate, parse_since, table
-from tickwheel.operations.dlq import DlqFilter, Letter, select
-from tickwheel.operations.errors import BadInput
-from tickwheel.operations.jobs import parse_job_key
-from tickwheel.operations.replay import (
+from tickwheel.registry_api.ops.dlq import DlqFilter, Letter, select
+from tickwheel.registry_api.ops.forms import parse_job_key, parse_rate, parse_since
+from tickwheel.registry_api.replay import (
     CHUNK_RUNS,
     Candidate,
     Outcome,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tickwheel.registry_api.ops_store import Bucket, fill, window
+from tickwheel.registry_api.ops.store import Bucket, fill, window
 
 pytestmark = pytest.mark.unit
 

@@ -36,7 +36,9 @@ def test_only_tickwheel_is_a_top_level_import_name() -> None:
 
 
 def test_design_card_folders_are_tickwheel_subpackages() -> None:
-    """wheel/, shards/, workers/, registry_api/ import as tickwheel.* from their own folders"""
+    """wheel/, shards/, workers/, registry_api/, bench/ import as tickwheel.* from their own
+    folders"""
+    import tickwheel.bench
     import tickwheel.registry_api
     import tickwheel.shards
     import tickwheel.wheel
@@ -47,6 +49,7 @@ def test_design_card_folders_are_tickwheel_subpackages() -> None:
         (tickwheel.shards, "shards"),
         (tickwheel.workers, "workers"),
         (tickwheel.registry_api, "registry_api"),
+        (tickwheel.bench, "bench"),
     ]:
         assert Path(module.__file__ or "").resolve().parent == REPO / folder
 

@@ -1,12 +1,13 @@
-"""Pure parts of `tickwheel status` and of the demo's ledger check."""
+"""Pure parts of `tickwheel status` and of the demo's ledger check (on the harnesses' checker)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tickwheel.demo import check_ledger
-from tickwheel.operations.status import bucket_delta, parse_scheduler_metrics, quantile
-from tickwheel.shards.election import member_data, parse_member_data
+from tickwheel.bench.demo.check import check_ledger
+from tickwheel.bench.ledger import Execution, RunRow
+from tickwheel.deployment import member_data, parse_member_data
+from tickwheel.registry_api.ops.status import bucket_delta, parse_scheduler_metrics, quantile
 
 pytestmark = pytest.mark.unit
 
@@ -60,25 +61,35 @@ def test_member_node_data_round_trips_and_tolerates_old_nodes() -> None:
     assert parse_member_data("a", b"a") is None
 
 
+def _row(job: str, ms: int, status: str) -> RunRow:
+    return RunRow(T, job, ms, status, attempt=1)
+
+
+def _ran(key: str, attempt: int, event: str) -> Execution:
+    return Execution(f"{T}/{key}", attempt, "w", event)
+
+
 def test_a_clean_ledger_has_nothing_lost_and_no_duplicates() -> None:
     """every due occurrence with one finished row and one successful execution passes"""
     due = {"j": [1000, 2000], "s": [3000]}
-    rows = [("j", 1000, "succeeded"), ("j", 2000, "succeeded"), ("s", 3000, "skipped")]
-    runs = [f"{T}/j@1000 1 ok", f"{T}/j@2000 1 failed", f"{T}/j@2000 2 ok"]
+    rows = [_row("j", 1000, "succeeded"), _row("j", 2000, "succeeded"), _row("s", 3000, "skipped")]
+    runs = [_ran("j@1000", 1, "ok"), _ran("j@2000", 1, "failed"), _ran("j@2000", 2, "ok")]
     report = check_ledger(due, {}, rows, runs, T)
-    assert (report.due, report.lost, report.duplicates, report.unexpected) == (3, 0, [], [])
+    verdict = report.verdict
+    assert (verdict.expected, report.lost, report.duplicates, verdict.unexpected) == (3, 0, [], [])
 
 
 def test_each_way_of_losing_a_run_is_counted() -> None:
     """missing rows, unfinished or dead rows, unclaimed due instants and successes the
     handler never saw each count as lost; a second success of one key is a duplicate"""
     due = {"j": [1000, 2000, 3000, 4000]}
-    rows = [("j", 2000, "retrying"), ("j", 3000, "succeeded"), ("j", 4000, "succeeded")]
-    runs = [f"{T}/j@4000 1 ok", f"{T}/j@4000 2 ok"]
+    rows = [_row("j", 2000, "retrying"), _row("j", 3000, "succeeded"), _row("j", 4000, "succeeded")]
+    runs = [_ran("j@4000", 1, "ok"), _ran("j@4000", 2, "ok")]
     report = check_ledger(due, {"j": [5000]}, rows, runs, T)
-    assert report.missing == [f"{T}/j@1000"]
-    assert report.unfinished == [f"{T}/j@2000 (retrying)"]
-    assert report.unexecuted == [f"{T}/j@3000"]
+    verdict = report.verdict
+    assert verdict.missing == [f"{T}/j@1000"]
+    assert verdict.unfinished == [f"{T}/j@2000 (retrying)"]
+    assert verdict.unexecuted == [f"{T}/j@3000"]
     assert report.undispatched == [f"{T}/j@5000"]
     assert report.lost == 4
     assert report.duplicates == [f"{T}/j@4000"]

@@ -31,6 +31,7 @@ PACKAGE_FOLDERS = {
     "shards": "tickwheel/shards",
     "workers": "tickwheel/workers",
     "registry_api": "tickwheel/registry_api",
+    "bench": "tickwheel/bench",
 }
 PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check")
 PIP_TIMEOUT_S = 120

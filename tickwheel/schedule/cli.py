@@ -9,37 +9,17 @@ on stderr says why, with exit code 3: a script that asked for N lines never gets
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
+from tickwheel.cli_support import EXIT_BAD_INPUT, OneLineCommand
 from tickwheel.clock import format_seconds, now_ms
 from tickwheel.schedule.cron import DstGap, DstOverlap, parse_cron
 from tickwheel.schedule.errors import ScheduleError
 from tickwheel.schedule.instants import parse_instant
 
-EXIT_BAD_INPUT = 2  # exit code for bad input, as click uses for usage errors
 EXIT_FEWER = 3  # exit code when fewer fire times than --count exist
 MAX_COUNT = 100_000  # instants one call may print (it computes them all before printing)
 _OPTION_OF_FIELD = {"schedule": "EXPR", "timezone": "--tz", "key": "--key", "after": "--after"}
-
-
-class _OneLineErrors(click.Command):
-    """A command whose usage errors print as a single `Error: …` line."""
-
-    def make_context(
-        self,
-        info_name: str | None,
-        args: list[str],
-        parent: click.Context | None = None,
-        **extra: Any,
-    ) -> click.Context:
-        try:
-            return super().make_context(info_name, args, parent=parent, **extra)
-        except click.UsageError as exc:
-            # Without a context, UsageError.show() prints only the message line.
-            exc.ctx = None
-            raise
 
 
 def _fail(ctx: click.Context, exc: ScheduleError) -> None:
@@ -53,7 +33,7 @@ def cron() -> None:
     """Evaluate cron schedules."""
 
 
-@cron.command("next", cls=_OneLineErrors)
+@cron.command("next", cls=OneLineCommand)
 @click.argument("expr")
 @click.option("--tz", default="UTC", show_default=True, help="IANA zone the schedule is read in.")
 @click.option(

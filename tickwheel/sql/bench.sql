@@ -1,5 +1,7 @@
--- The benchmark harness's queries (tickwheel/bench/). They run only against the harness's own
--- scratch databases. Instants leave as integer unix milliseconds.
+-- The harnesses' queries (bench/): the benchmarks' (bench_, and baseline_ for the naive
+-- pollers), the chaos harness's (chaos_) and the demo's (demo_), and the ledger every harness
+-- checks (bench_ledger_runs). They run only against the harnesses' own databases, scratch or
+-- private, and their own tenants. Instants leave as integer unix milliseconds.
 
 -- bench_runs --
 -- Every run row with its lifecycle instants: what the analysis is computed from.
@@ -31,11 +33,17 @@ SELECT count(*) FROM shard_leaders WHERE owner IS NOT NULL
 -- The server processes of this database's connections (their CPU is read from /proc).
 SELECT pid FROM pg_stat_activity WHERE datname = current_database()
 
--- bench_db_now_ms --
-SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-
 -- bench_tenant --
 INSERT INTO tenants (name) VALUES ($1) ON CONFLICT DO NOTHING
+
+-- bench_ledger_runs --
+-- Every run row of a tenant: the ledger the harnesses' checker reads (bench/ledger.py RunRow).
+SELECT job_id, (extract(epoch FROM scheduled_at) * 1000)::bigint AS scheduled_ms, status,
+       attempt, shard_id, worker,
+       (extract(epoch FROM published_at) * 1000)::bigint AS published_ms,
+       (extract(epoch FROM started_at) * 1000)::bigint AS started_ms
+FROM job_runs
+WHERE tenant = $1
 
 -- bench_make_due --
 -- The baseline's data: the same one-off jobs, all due from the moment the pollers start.
@@ -68,3 +76,41 @@ VALUES ($1, $2, 'epoch'::timestamptz + $3::bigint * interval '1 millisecond', $4
 -- baseline_complete_job --
 -- Step 3, per row: the one-off job is done.
 UPDATE jobs SET status = 'completed', next_run_at = NULL WHERE tenant = $1 AND job_id = $2
+
+-- chaos_jobs_count --
+SELECT count(*) AS n FROM jobs WHERE tenant = $1 AND status <> 'deleted'
+
+-- chaos_jobs_delete --
+-- The steady jobs end with their round: deleted as the registry deletes (version bump).
+UPDATE jobs SET status = 'deleted', version = version + 1
+WHERE tenant = $1 AND job_id = ANY($2::text[]) AND status <> 'deleted'
+
+-- chaos_unfinished --
+-- How many of the judged occurrences have no terminal row yet.
+SELECT count(*) AS n
+FROM unnest($2::text[], $3::bigint[]) AS w(job_id, scheduled_ms)
+LEFT JOIN job_runs r
+  ON r.tenant = $1 AND r.job_id = w.job_id
+ AND r.scheduled_at = 'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond'
+WHERE r.status IS NULL OR r.status NOT IN ('succeeded', 'dead', 'skipped')
+
+-- demo_run_counts --
+-- Run rows of the tenant by status, for the live view.
+SELECT status, count(*) AS n
+FROM job_runs
+WHERE tenant = $1
+GROUP BY status
+
+-- demo_jobs --
+-- The tenant's jobs with where their schedule stands (next_run_at NULL: completed or deleted).
+SELECT job_id, status, (extract(epoch FROM next_run_at) * 1000)::bigint AS next_run_ms
+FROM jobs
+WHERE tenant = $1
+
+-- demo_run_status --
+-- One run's status (NULL: no row yet).
+SELECT status
+FROM job_runs
+WHERE tenant = $1 AND job_id = $2
+ORDER BY scheduled_at DESC
+LIMIT 1

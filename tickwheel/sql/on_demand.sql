@@ -1,5 +1,7 @@
 -- Runs on demand (registry_api/on_demand.py): triggers and backfills write `retrying` rows at
--- attempt 0 that the shard's leader claims when their `retry_at` comes, like any retry (I6).
+-- attempt 0 that the shard's leader claims when their `retry_at` comes, like any retry (I6);
+-- replays (registry_api/replay.py) make dead runs such `retrying` rows again, and record what
+-- they did in the replay audit.
 -- Times cross this boundary as integer UTC milliseconds since the epoch.
 
 -- on_demand_db_now --
@@ -63,10 +65,6 @@ FROM todo t CROSS JOIN waiting w JOIN jobs j ON j.tenant = $1 AND j.job_id = $2
 ON CONFLICT DO NOTHING
 RETURNING (extract(epoch FROM scheduled_at) * 1000)::bigint AS scheduled_at
 
--- trigger_requests_gc --
--- Retention: idempotency keys older than a day answer nothing any more.
-DELETE FROM trigger_requests WHERE created_at < now() - interval '24 hours'
-
 -- runs_notify --
 -- Wake-up hint for the job's shard leader (shards/feed.py): runs on demand were written, load
 -- them now. Sent at commit (a rolled-back dry run sends nothing); a lost hint only delays the
@@ -74,3 +72,58 @@ DELETE FROM trigger_requests WHERE created_at < now() - interval '24 hours'
 SELECT pg_notify('tickwheel_runs', j.shard_id::text)
 FROM jobs j
 WHERE j.tenant = $1 AND j.job_id = $2
+
+-- replay_lock_candidates --
+-- Step 1 of replaying a chunk of dead letters (registry_api/replay.py): the run rows of the
+-- chunk's run keys, locked until the chunk's transaction ends, with their job's status and
+-- attempt budget. A run key with no row comes back with NULL run columns. (The lock is taken
+-- in its own CTE: Postgres refuses FOR UPDATE on the nullable side of an outer join.)
+WITH k AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(tenant, job_id, scheduled_ms)
+), locked AS (
+    SELECT r.tenant, r.job_id, r.scheduled_at, r.status, r.origin
+    FROM job_runs r
+    JOIN k ON r.tenant = k.tenant AND r.job_id = k.job_id
+          AND r.scheduled_at = 'epoch'::timestamptz + k.scheduled_ms * interval '1 millisecond'
+    FOR UPDATE OF r
+)
+SELECT k.tenant, k.job_id, k.scheduled_ms, l.status, l.origin,
+       j.status AS job_status, j.max_attempts AS job_max_attempts
+FROM k
+LEFT JOIN locked l
+  ON l.tenant = k.tenant AND l.job_id = k.job_id
+ AND l.scheduled_at = 'epoch'::timestamptz + k.scheduled_ms * interval '1 millisecond'
+LEFT JOIN jobs j ON j.tenant = k.tenant AND j.job_id = k.job_id
+
+-- replay_mark --
+-- Step 2: the operator transition dead → retrying (tickwheel/domain.py): due now by the
+-- database's clock, a fresh budget on top of the attempts spent, origin replay. `attempt`
+-- stays as it is, so a stale delivery of an old attempt cannot claim the replayed run. The
+-- status condition repeats the decision's, so a row that is not dead is never touched.
+UPDATE job_runs r
+SET status = 'retrying', retry_at = now(), max_attempts = r.attempt + k.budget,
+    origin = 'replay', lease_until = NULL
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[])
+     AS k(tenant, job_id, scheduled_ms, budget)
+WHERE r.tenant = k.tenant AND r.job_id = k.job_id
+  AND r.scheduled_at = 'epoch'::timestamptz + k.scheduled_ms * interval '1 millisecond'
+  AND r.status = 'dead'
+RETURNING r.tenant, r.job_id
+
+-- replay_audit_start --
+INSERT INTO replay_audit (operator, filters, attempts, rate_per_s)
+VALUES ($1, $2::jsonb, $3, $4)
+RETURNING id
+
+-- replay_audit_runs_insert --
+INSERT INTO replay_audit_runs (audit_id, tenant, job_id, scheduled_at, outcome, reason)
+SELECT $1, k.tenant, k.job_id,
+       'epoch'::timestamptz + k.scheduled_ms * interval '1 millisecond', k.outcome, k.reason
+FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[])
+     AS k(tenant, job_id, scheduled_ms, outcome, reason)
+ON CONFLICT DO NOTHING
+
+-- replay_audit_finish --
+UPDATE replay_audit
+SET finished_at = now(), outcome = $2, selected = $3, replayed = $4, skipped = $5, refused = $6
+WHERE id = $1

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from tickwheel.cli_support import EXIT_BAD_INPUT, EXIT_UNHEALTHY, fail, settings
+from tickwheel.cli_support import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, fail, settings
 from tickwheel.stack.stack import DevStack, ServiceStatus
 
 
@@ -43,7 +43,7 @@ def dev_up() -> None:
     except StackError as exc:
         fail(str(exc))
     if not healthy:
-        sys.exit(EXIT_UNHEALTHY)
+        sys.exit(EXIT_ENVIRONMENT)
 
 
 @dev.command("down")
@@ -58,7 +58,7 @@ def dev_down() -> None:
 def dev_status(no_round_trip: bool) -> None:
     """Health of each service; exits 1 when any is unhealthy."""
     if not _print_statuses(_stack().status(round_trip=not no_round_trip)):
-        sys.exit(EXIT_UNHEALTHY)
+        sys.exit(EXIT_ENVIRONMENT)
 
 
 @dev.command("env")

@@ -1,0 +1,4 @@
+"""The fault-injection harness (`tickwheel bench chaos`, docs/RELIABILITY.md): a private stack
+(deployment.py), a workload (workload.py), one fault per round at a seeded moment (faults.py),
+and the round's verdicts over its ledger (checker.py, on the harnesses' ledger checker);
+harness.py runs the rounds, drains them and reports."""

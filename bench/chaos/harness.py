@@ -1,0 +1,321 @@
+"""The rounds: workload, one fault at a seeded moment, drain, check. See docs/RELIABILITY.md."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tickwheel.bench.chaos.checker import Envelope, Ledger, check_round, summarize
+from tickwheel.bench.chaos.deployment import SHARDS, Deployment, Ports
+from tickwheel.bench.chaos.faults import (
+    AT_REGISTRATION,
+    FAULTS,
+    SCHEDULERS,
+    WORKERS,
+    FaultContext,
+)
+from tickwheel.bench.chaos.workload import Workload, make_workload
+from tickwheel.bench.ledger import RunRow, read_executions
+from tickwheel.clock import now_ms
+from tickwheel.domain import PRIORITIES
+from tickwheel.envelopes import EnvelopeError, RunEnvelope
+from tickwheel.kafka import producer
+from tickwheel.queries import QUERIES
+
+PHASES = ("burst", "steady")
+BURST_LEAD_MS = 3000  # the burst falls due this long after its registrations are sent
+REGISTER_TIMEOUT_S = 60.0
+STEADY_AFTER_FAULT_S = 3.0  # steady load keeps running this long after a fault has healed
+STEADY_JUDGED_MS = 7000  # steady load after the jobs landed: 2 judged seconds past the margins
+DRAIN_TIMEOUT_S = 60.0  # the bound of "lost": no terminal state this long after the round
+WARM_UP_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Options:
+    rounds: int
+    seed: int
+    burst: int = 300
+    kinds: Sequence[str] = tuple(FAULTS)
+    root: Path = Path(".devstack-chaos")
+    ports: Ports = field(default_factory=Ports)
+    jars_from: Path | None = None
+
+
+def default_jars() -> Path | None:
+    """The resolved jars of the configured dev stack, reused by the private stack when they
+    are current (else `DevStack` resolves them with Maven)."""
+    from tickwheel.config import load_settings
+    from tickwheel.stack.jars import pom_digest
+
+    jars = load_settings().devstack_dir / "jars"
+    stamp = jars / ".pom-digest"
+    return jars if stamp.is_file() and stamp.read_text() == pom_digest() else None
+
+
+def plan(options: Options) -> list[tuple[str, str, int]]:
+    """(fault kind, phase, victim index) per round: every kind once per cycle, in a seeded
+    order, so `len(kinds)` rounds cover every kind."""
+    rng = random.Random(options.seed)
+    kinds = list(options.kinds)
+    out: list[tuple[str, str, int]] = []
+    while len(out) < options.rounds:
+        cycle = kinds[:]
+        rng.shuffle(cycle)
+        out.extend((k, rng.choice(PHASES), rng.randrange(2)) for k in cycle)
+    return out[: options.rounds]
+
+
+class RunTopics:
+    """Every envelope on the run topics, read incrementally by one consumer for the whole run
+    and kept by tenant (the run key's first part)."""
+
+    IDLE_S = 1.5  # a round's envelopes are all read once the topics are this long quiet
+    BOUND_S = 20.0
+
+    def __init__(self, kafka: str, topics: list[str]) -> None:
+        from tickwheel.kafka import consumer
+
+        self.consumer = consumer(kafka, f"chaos-check-{uuid.uuid4().hex}")
+        self.consumer.subscribe(topics)
+        self.by_tenant: dict[str, list[Envelope]] = {}
+        self.unreadable = 0
+
+    def catch_up(self) -> None:
+        deadline = time.monotonic() + self.BOUND_S
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - quiet_since < self.IDLE_S:
+            msg = self.consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            quiet_since = time.monotonic()
+            try:
+                env = RunEnvelope.decode(msg.value() or b"")
+            except EnvelopeError:
+                self.unreadable += 1
+                continue
+            _kind, produced_ms = msg.timestamp()
+            self.by_tenant.setdefault(env.tenant, []).append(
+                Envelope(env.run_key, env.scheduled_at, env.attempt, produced_ms)
+            )
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class Harness:
+    def __init__(self, options: Options, echo: Callable[[str], None]) -> None:
+        self.options = options
+        self.echo = echo
+        self.deployment = Deployment(options.root, options.ports, echo=echo)
+        self.rng = random.Random(options.seed * 7919 + 1)
+        self.tag = f"s{options.seed}t{int(time.time()) % 100000}"
+        self.completed: list[dict[str, Any]] = []
+
+    def run(self) -> dict[str, Any]:
+        """Start the private stack, run the rounds, stop everything (also on Ctrl-C)."""
+        try:
+            self.deployment.start_stack(self.options.jars_from)
+            return asyncio.run(self._rounds())
+        except KeyboardInterrupt:
+            self.echo(f"interrupted: the report covers the {len(self.completed)} rounds done")
+            return {**summarize(self.completed), "interrupted": True}
+        finally:
+            self.echo("stopping the chaos deployment and its private stack")
+            self.deployment.close()
+
+    async def _rounds(self) -> dict[str, Any]:
+        dep = self.deployment
+        for name in SCHEDULERS:
+            dep.spawn_scheduler(name)
+        for name in WORKERS:
+            dep.spawn_worker(name)
+        dep.spawn_registry()
+        await self._warm_up()
+        topics = [dep.topics.runs(p) for p in PRIORITIES]
+        self.run_topics = RunTopics(dep.settings.effective_kafka, topics)
+        try:
+            return await self._each_round()
+        finally:
+            self.run_topics.close()
+
+    async def _each_round(self) -> dict[str, Any]:
+        rounds = self.completed
+        for n, (kind, phase, victim) in enumerate(plan(self.options), start=1):
+            detail = await self._round(n, kind, phase, victim)
+            rounds.append(detail)
+            r = detail["result"]
+            self.echo(
+                f"round {n:>3} {kind:<27} {phase:<6} lost {r['lost']} dup-succ "
+                f"{r['duplicate_successes']} early {r['early']} dup-exec "
+                f"{r['duplicate_execution_rate']:.4f} unexplained "
+                f"{r['reexecutions']['unexplained']} gaps {r['failover_gaps_s']}"
+            )
+        return summarize(rounds)
+
+    async def _warm_up(self) -> None:
+        """Wait until every shard has a leader and a registration has gone all the way to an
+        executed run (the registry's and the workers' consumer groups have joined)."""
+        deadline = time.monotonic() + WARM_UP_TIMEOUT_S
+        dep = self.deployment
+        while True:
+            rows = await dep.fetch(QUERIES["ops_shard_leaders"])
+            if sum(1 for r in rows if r["owner"]) == SHARDS:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the shards got no leaders within the warm-up bound")
+            await asyncio.sleep(0.5)
+        tenant = f"{self.tag}warm"
+        await dep.fetch(QUERIES["bench_tenant"], tenant)
+        workload = make_workload(tenant, SHARDS, 1, ((now_ms() + BURST_LEAD_MS) // 1000) * 1000)
+        await asyncio.to_thread(self._register, workload)
+        while not any(e.returned for e in read_executions(dep.handler_log, tenant)):
+            if time.monotonic() > deadline:
+                raise RuntimeError("no run was executed within the warm-up bound")
+            await asyncio.sleep(0.5)
+        await dep.fetch(QUERIES["chaos_jobs_delete"], tenant, workload.steady_ids)
+
+    def _register(self, workload: Workload) -> None:
+        prod = producer(self.deployment.settings.effective_kafka)
+        topic = self.deployment.topics.registrations
+        for doc in workload.documents():
+            body = {"op": "upsert", "tenant": workload.tenant, "job": doc}
+            prod.produce(topic, key=str(doc["id"]).encode(), value=orjson.dumps(body))
+        if prod.flush(30) != 0:
+            raise RuntimeError("registrations not acknowledged by Kafka within 30 s")
+
+    async def _registered(self, workload: Workload) -> int:
+        """When (unix ms) every job of the workload was in the database, or the bound passed
+        (the jobs missing then show up as lost occurrences)."""
+        want = len(workload.documents())
+        deadline = time.monotonic() + REGISTER_TIMEOUT_S
+        while time.monotonic() < deadline:
+            rows = await self.deployment.fetch(QUERIES["chaos_jobs_count"], workload.tenant)
+            if rows[0]["n"] >= want:
+                break
+            await asyncio.sleep(0.2)
+        return now_ms()
+
+    async def _round(self, n: int, kind: str, phase: str, victim: int) -> dict[str, Any]:
+        dep = self.deployment
+        tenant = f"{self.tag}r{n}"
+        await dep.fetch(QUERIES["bench_tenant"], tenant)
+        start_ms = now_ms()
+        burst_ms = ((start_ms + BURST_LEAD_MS) // 1000) * 1000
+        workload = make_workload(tenant, SHARDS, self.options.burst, burst_ms)
+        await asyncio.to_thread(self._register, workload)
+        registered_ms = now_ms()
+        if kind in AT_REGISTRATION:
+            moment_ms = registered_ms + self.rng.randint(0, 300)
+        elif phase == "burst":
+            moment_ms = burst_ms + self.rng.randint(-200, 600)
+        else:
+            moment_ms = burst_ms + self.rng.randint(2000, 3500)
+        ctx = FaultContext(dep, victim, lambda line: self.echo(f"  [{n}] {line}"))
+        fault = asyncio.create_task(self._fault_at(kind, moment_ms, ctx))
+        landed_ms = await self._registered(workload)
+        events = await fault
+        # Steady load for a while after the fault healed and after the jobs landed (a killed
+        # registry stores them late), so that every round judges steady occurrences.
+        until_ms = max(now_ms() + 1000 * STEADY_AFTER_FAULT_S, landed_ms + STEADY_JUDGED_MS)
+        await asyncio.sleep(max(0.0, (until_ms - now_ms()) / 1000))
+        await dep.fetch(QUERIES["chaos_jobs_delete"], tenant, workload.steady_ids)
+        deleted_ms = now_ms()
+        events = [dataclasses.replace(e, until_ms=deleted_ms) for e in events]
+        expected = workload.expected(landed_ms, deleted_ms)
+        unfinished = await self._drain(tenant, expected)
+        exited = self._revive()
+        rows = [
+            RunRow(tenant, **dict(r)) for r in await dep.fetch(QUERIES["bench_ledger_runs"], tenant)
+        ]
+        executions = read_executions(dep.handler_log, tenant)
+        await asyncio.to_thread(self.run_topics.catch_up)
+        envelopes = self.run_topics.by_tenant.pop(tenant, [])
+        result = check_round(Ledger(expected, rows, executions, events, envelopes, dep.ended()))
+        return {
+            "round": n,
+            "fault": kind,
+            "phase": phase,
+            "fault_offset_ms": moment_ms - burst_ms,
+            "expected": len(expected),
+            "registered_after_ms": landed_ms - registered_ms,
+            "unfinished_after_drain": unfinished,
+            "exited_on_their_own": exited,
+            "result": result.as_dict(),
+        }
+
+    async def _fault_at(self, kind: str, moment_ms: int, ctx: FaultContext) -> Any:
+        await asyncio.sleep(max(0.0, (moment_ms - now_ms()) / 1000))
+        return await FAULTS[kind](ctx)
+
+    async def _drain(self, tenant: str, expected: frozenset[str]) -> int:
+        jobs, instants = [], []
+        for key in expected:
+            head, ms = key.rsplit("@", 1)
+            jobs.append(head.split("/", 1)[1])
+            instants.append(int(ms))
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        left = len(expected)
+        while time.monotonic() < deadline:
+            rows = await self.deployment.fetch(QUERIES["chaos_unfinished"], tenant, jobs, instants)
+            left = rows[0]["n"]
+            if left == 0:
+                break
+            await asyncio.sleep(0.5)
+        return int(left)
+
+    def _revive(self) -> dict[str, int]:
+        """Processes that exited on their own (a finding: I9 says they must not linger
+        half-dead, and after a service restart they should reconnect), started again."""
+        exited = {}
+        for child in self.deployment.procs.exited():
+            exited[child.name] = child.popen.returncode
+            self.echo(
+                f"  {child.name} exited on its own with {exited[child.name]}: {child.tail(3)}"
+            )
+            if child.name in SCHEDULERS:
+                self.deployment.spawn_scheduler(child.name)
+            elif child.name in WORKERS:
+                self.deployment.spawn_worker(child.name)
+            elif child.name == "registry":
+                self.deployment.spawn_registry()
+        return exited
+
+
+def table(report: dict[str, Any]) -> str:
+    """The terminal summary: one line per round, then the totals."""
+    lines = [
+        f"{'round':>5}  {'fault':<27} {'phase':<6} {'expected':>8} {'lost':>4} "
+        f"{'dupSucc':>7} {'early':>5} {'dupExec%':>8} {'dupDone%':>8} {'unexpl':>6} "
+        f"{'late p99 ms':>11} {'gap s':>6}"
+    ]
+    for d in report["detail"]:
+        r = d["result"]
+        gaps = [g for g in r["failover_gaps_s"].values() if g is not None]
+        gap = f"{max(gaps):.2f}" if gaps else "-"
+        lines.append(
+            f"{d['round']:>5}  {d['fault']:<27} {d['phase']:<6} {d['expected']:>8} "
+            f"{r['lost']:>4} {r['duplicate_successes']:>7} {r['early']:>5} "
+            f"{100 * r['duplicate_execution_rate']:>8.3f} "
+            f"{100 * r['duplicate_completion_rate']:>8.3f} "
+            f"{r['reexecutions']['unexplained']:>6} {r['lateness_ms']['p99']:>11} {gap:>6}"
+        )
+    gap_max = report["failover_gap_max_s"]
+    lines.append(
+        f"rounds {report['rounds']}  faults {report['faults']}  lost {report['lost']}  "
+        f"duplicate successes {report['duplicate_successes']}  early {report['early']}  "
+        f"duplicate execution rate {100 * report['duplicate_execution_rate']:.3f}%  "
+        f"(handler returned twice {100 * report['duplicate_completion_rate']:.3f}%; "
+        f"re-executions by cause {report['reexecutions']})  "
+        f"failover gap max {'-' if gap_max is None else f'{gap_max:.2f}'} s"
+    )
+    return "\n".join(lines)

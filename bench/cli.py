@@ -1,0 +1,367 @@
+"""`tickwheel bench hot-second | steady` (and `bench chaos`, chaos/cli.py): measure the real
+processes on the local stack.
+
+Both commands work on a scratch database and topics of their own (dropped at the end), start
+real `tickwheel scheduler` and `tickwheel worker` processes on them, and read every figure back
+from Postgres and Kafka. They print a table; `--json` and `--plot` keep the figures. The
+processes' logs stay in `--log-dir` (default: a fresh temporary folder, printed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from tickwheel.bench.chaos.cli import chaos
+from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings
+from tickwheel.config import Settings
+
+if TYPE_CHECKING:
+    from tickwheel.bench.analysis import BurstSummary
+    from tickwheel.bench.baseline import BaselineResult
+    from tickwheel.bench.burst import BurstConfig, BurstResult
+
+T = TypeVar("T")
+
+DEFAULT_JOBS = 100_000
+BASELINE_JOBS_MAX = 100_000  # the baseline's rate is measured on at most this many jobs
+FAR_FUTURE_MS = 3_600_000  # the baseline's jobs are registered an hour ahead, then made due
+
+
+@click.group("bench")
+def bench() -> None:
+    """Benchmarks of the whole system on the local stack (see docs/BENCHMARKS.md)."""
+
+
+# The reliability harness is a benchmark of faults: `tickwheel bench chaos`.
+bench.add_command(chaos)
+
+
+def _common(fn: Any) -> Any:
+    options = [
+        click.option(
+            "--shards", type=click.IntRange(1, 4096), default=None, help="Default TICKWHEEL_SHARDS."
+        ),
+        click.option("--schedulers", type=click.IntRange(1, 64), default=1, show_default=True),
+        click.option("--workers", type=click.IntRange(0, 256), default=2, show_default=True),
+        click.option(
+            "--concurrency",
+            type=click.IntRange(1, 10_000),
+            default=None,
+            help="Runs per worker at once (default: the worker's own).",
+        ),
+        click.option(
+            "--handler",
+            "handler_text",
+            default="noop",
+            show_default=True,
+            help="noop, or sleep:MS.",
+        ),
+        click.option(
+            "--registration",
+            type=click.Choice(["bulk", "kafka", "http"]),
+            default="bulk",
+            show_default=True,
+            help="bulk: the registry's store in this process; kafka: produce registrations "
+            "for a `tickwheel registry`; http: POST each job to one.",
+        ),
+        click.option(
+            "--partitions",
+            type=click.IntRange(1, 1000),
+            default=None,
+            help="Partitions of the scratch topics (default TICKWHEEL_TOPIC_PARTITIONS).",
+        ),
+        click.option(
+            "--lead-s",
+            type=click.FloatRange(1, 7200),
+            default=None,
+            help="Seconds from registration to T0 (default: estimated from --jobs).",
+        ),
+        click.option("--json", "json_path", type=click.Path(path_type=Path), default=None),
+        click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None),
+        click.option("--log-dir", type=click.Path(path_type=Path), default=None),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _burst_config(
+    s: Settings,
+    jobs: int,
+    spread_ms: int,
+    shards: int | None,
+    schedulers: int,
+    workers: int,
+    concurrency: int | None,
+    handler_text: str,
+    registration: str,
+    partitions: int | None,
+    lead_s: float | None,
+    log_dir: Path | None,
+) -> BurstConfig:
+    from tickwheel.bench.burst import BurstConfig
+    from tickwheel.bench.load import Handler
+
+    try:
+        handler = Handler.parse(handler_text)
+    except ValueError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    folder = log_dir or Path(tempfile.mkdtemp(prefix="tickwheel-bench-"))
+    click.echo(f"process logs: {folder}", err=True)
+    return BurstConfig(
+        jobs=jobs,
+        shards=shards or s.shards,
+        schedulers=schedulers,
+        workers=workers,
+        concurrency=concurrency,
+        spread_ms=spread_ms,
+        handler=handler,
+        registration=registration,
+        partitions=partitions or s.topic_partitions,
+        lead_s=lead_s,
+        log_dir=folder,
+        horizon_s=s.horizon_s,
+    )
+
+
+# Settings the child processes inherit that say where, not how: left out of the record (a DSN
+# may hold a password).
+WHERE_SETTINGS = {"TICKWHEEL_DSN", "TICKWHEEL_KAFKA", "TICKWHEEL_ZK", "TICKWHEEL_CONFIG"}
+
+
+def _command_line() -> str:
+    """The command as run, with the TICKWHEEL_* settings that tune the processes before it."""
+    tuning = [
+        f"{name}={value}"
+        for name, value in sorted(os.environ.items())
+        if name.startswith("TICKWHEEL_") and name not in WHERE_SETTINGS
+    ]
+    return " ".join([*tuning, "tickwheel", *sys.argv[1:]])
+
+
+def _write_json(path: Path | None, result: dict[str, Any]) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        click.echo(f"figures: {path}", err=True)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run the benchmark; a failure of the environment or a process is one line, exit 1."""
+    import asyncpg
+    from confluent_kafka import KafkaException
+
+    from tickwheel.bench.supervisor import SupervisorError
+
+    try:
+        return asyncio.run(coro)
+    except SupervisorError as exc:
+        fail(f"a benchmark process failed: {exc}")
+    except (OSError, asyncpg.PostgresError, KafkaException, TimeoutError) as exc:
+        fail(f"benchmark stopped: {type(exc).__name__}: {exc}")
+
+
+async def _burst(s: Settings, cfg: BurstConfig) -> BurstResult:
+    """One measured burst by the real processes, on a scratch database and topics."""
+    from tickwheel.bench.burst import run_burst
+    from tickwheel.bench.scratch import scratch
+
+    async with scratch(
+        s.effective_dsn, s.effective_kafka, s.effective_zk, shards=cfg.shards,
+        partitions=cfg.partitions,
+    ) as res:  # fmt: skip
+        return await run_burst(res, cfg, lambda line: click.echo(line, err=True))
+
+
+def _summary(result: BurstResult) -> tuple[BurstSummary, dict[str, Any]]:
+    """The burst's figures, and the run's metadata (command line, T0, process settings)."""
+    from tickwheel.bench.analysis import summarize
+    from tickwheel.clock import format_ms
+
+    summary = summarize(
+        result.expected, result.rows, result.deliveries, result.t0_ms, result.first_append
+    )
+    return summary, {"command": _command_line(), "t0": format_ms(result.t0_ms), **result.meta()}
+
+
+async def _baseline(s: Settings, cfg: BurstConfig, jobs: int) -> BaselineResult:
+    """The naive pollers on the same jobs, in a scratch database of their own."""
+    from tickwheel.bench import load
+    from tickwheel.bench.baseline import run_baseline
+    from tickwheel.bench.report import Bar
+    from tickwheel.bench.scratch import scratch
+    from tickwheel.bench.supervisor import Supervisor
+    from tickwheel.clock import now_ms
+
+    async with scratch(
+        s.effective_dsn,
+        s.effective_kafka,
+        s.effective_zk,
+        shards=cfg.shards,
+        partitions=cfg.partitions,
+    ) as res:
+        dues = load.due_instants(jobs, now_ms() + FAR_FUTURE_MS, cfg.spread_ms)
+        click.echo(f"baseline: registering {jobs:,} jobs", err=True)
+        with Bar(jobs, "registered") as bar:
+            await load.register_bulk(res, load.documents(dues, cfg.handler), bar.set)
+        click.echo("baseline: 3 naive pollers claiming", err=True)
+        with Supervisor(res.env(), cfg.log_dir / "baseline") as fleet, Bar(jobs, "claimed") as bar:
+            return await run_baseline(res, jobs, fleet, bar.set)
+
+
+@bench.command("hot-second")
+@click.option("--jobs", type=click.IntRange(1, 10_000_000), default=DEFAULT_JOBS, show_default=True)
+@click.option(
+    "--spread-ms",
+    type=click.IntRange(0, 3_600_000),
+    default=0,
+    show_default=True,
+    help="Jobs due evenly over this many ms after T0 (0: all at T0).",
+)
+@click.option(
+    "--baseline/--no-baseline",
+    default=True,
+    show_default=True,
+    help="Also measure the naive design (three SKIP LOCKED pollers) on the same jobs.",
+)
+@click.option(
+    "--baseline-jobs",
+    type=click.IntRange(1, 10_000_000),
+    default=None,
+    help=f"Jobs for the baseline (default: --jobs, at most {BASELINE_JOBS_MAX:,}).",
+)
+@_common
+def hot_second(
+    jobs: int,
+    spread_ms: int,
+    baseline: bool,
+    baseline_jobs: int | None,
+    shards: int | None,
+    schedulers: int,
+    workers: int,
+    concurrency: int | None,
+    handler_text: str,
+    registration: str,
+    partitions: int | None,
+    lead_s: float | None,
+    json_path: Path | None,
+    plot_path: Path | None,
+    log_dir: Path | None,
+) -> None:
+    """N one-off jobs due in the same second: how fast are they claimed, published, run?"""
+    from tickwheel.bench.report import burst_json, burst_table, plot
+
+    s = settings()
+    cfg = _burst_config(
+        s, jobs, spread_ms, shards, schedulers, workers, concurrency, handler_text,
+        registration, partitions, lead_s, log_dir,
+    )  # fmt: skip
+
+    async def go() -> tuple[BurstResult, BaselineResult | None]:
+        base = (
+            await _baseline(s, cfg, baseline_jobs or min(jobs, BASELINE_JOBS_MAX))
+            if baseline
+            else None
+        )
+        return await _burst(s, cfg), base
+
+    result, base = _run(go())
+    summary, meta = _summary(result)
+    out = burst_json(summary, base.to_json() if base else None, meta)
+    click.echo(burst_table(out))
+    _write_json(json_path, out)
+    if plot_path is not None:
+        plot(
+            plot_path,
+            f"tickwheel: {jobs:,} jobs due at T0",
+            result.rows,
+            result.t0_ms,
+            base.rows if base else None,
+            base.started_ms if base else None,
+            result.first_append,
+        )
+        click.echo(f"plot: {plot_path}", err=True)
+
+
+@bench.command("steady")
+@click.option("--rate", type=click.IntRange(1, 1_000_000), default=5_000, show_default=True)
+@click.option(
+    "--duration", type=click.IntRange(1, 86_400), default=300, show_default=True, help="Seconds."
+)
+@_common
+def steady(
+    rate: int,
+    duration: int,
+    shards: int | None,
+    schedulers: int,
+    workers: int,
+    concurrency: int | None,
+    handler_text: str,
+    registration: str,
+    partitions: int | None,
+    lead_s: float | None,
+    json_path: Path | None,
+    plot_path: Path | None,
+    log_dir: Path | None,
+) -> None:
+    """RATE runs per second for DURATION seconds (one-offs registered ahead, due evenly):
+    publish and start lateness against each run's scheduled instant."""
+    from tickwheel.bench.analysis import lateness
+    from tickwheel.bench.report import burst_json, lateness_json, lateness_table, plot
+
+    s = settings()
+    cfg = _burst_config(
+        s, rate * duration, duration * 1000, shards, schedulers, workers, concurrency,
+        handler_text, registration, partitions, lead_s, log_dir,
+    )  # fmt: skip
+
+    result = _run(_burst(s, cfg))
+    summary, meta = _summary(result)
+    late = lateness(result.expected, result.rows, result.first_append)
+    out = {
+        "rate_per_s": rate,
+        "duration_s": duration,
+        **lateness_json(late),
+        "burst": burst_json(summary, None, meta),
+    }
+    click.echo(lateness_table(out))
+    click.echo(
+        f"duplicates {summary.duplicates}   lost {summary.lost}   "
+        f"not completed {summary.not_completed}   throughput {summary.throughput_per_s:,.0f}/s"
+    )
+    for note in result.notes:
+        click.echo(f"NOTE: {note}")
+    _write_json(json_path, out)
+    if plot_path is not None:
+        plot(
+            plot_path,
+            f"tickwheel: {rate:,} runs/s for {duration} s",
+            result.rows,
+            result.t0_ms,
+            None,
+            None,
+            result.first_append,
+        )
+        click.echo(f"plot: {plot_path}", err=True)
+
+
+@bench.command("baseline-poller", hidden=True)
+@click.option("--start-at-ms", type=int, required=True)
+def baseline_poller(start_at_ms: int) -> None:
+    """One naive poller of the baseline (started by `hot-second`, on its scratch resources)."""
+    from tickwheel.bench.baseline import poll_until_drained
+
+    s = settings()
+    claimed = asyncio.run(
+        poll_until_drained(s.effective_dsn, s.effective_kafka, s.topic_prefix, start_at_ms)
+    )
+    click.echo(json.dumps({"claimed": claimed}))

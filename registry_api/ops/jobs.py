@@ -1,0 +1,192 @@
+"""Jobs as operators see them: `tickwheel jobs ls|show|pause|resume|rm|trigger|backfill`.
+
+Reads go straight to Postgres, across tenants. Changes go through the registry's own path —
+an `Op` folded by `registry_api/state.py` and written by `RegistryStore.apply` — so a pause,
+resume or delete from here bumps the version, feeds the change feed and sends the NOTIFY hint
+exactly as the same change over HTTP or Kafka does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import orjson
+
+from tickwheel.cli_support import BadInput
+from tickwheel.clock import format_ms
+from tickwheel.domain import RegistrationOp, job_key, run_key
+from tickwheel.queries import QUERIES
+from tickwheel.registry_api.on_demand import (
+    Backfilled,
+    BackfillRequest,
+    Triggered,
+    TriggerRequest,
+)
+from tickwheel.registry_api.ops.runs import iso
+from tickwheel.registry_api.state import Op, Outcome
+from tickwheel.registry_api.store import Applied, RegistryStore
+
+RECENT_RUNS = 10  # runs `jobs show` lists
+
+
+def _ms(value: int | None) -> str | None:
+    return None if value is None else format_ms(value)
+
+
+async def list_jobs(
+    conn: asyncpg.Connection, *, tenant: str | None, status: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """Jobs in (tenant, id) order; deleted ones only with `status='deleted'`."""
+    rows = await conn.fetch(QUERIES["ops_jobs_list"], tenant, status, limit)
+    return [
+        {
+            "job": job_key(r["tenant"], r["job_id"]),
+            "tenant": r["tenant"],
+            "job_id": r["job_id"],
+            "kind": r["kind"],
+            "schedule": r["schedule"],
+            "at": _ms(r["run_at"]),
+            "timezone": r["timezone"],
+            "priority": r["priority"],
+            "status": r["status"],
+            "version": r["version"],
+            "shard_id": r["shard_id"],
+            "next_run_at": _ms(r["next_run_at"]),
+            "updated_at": iso(r["updated_at"]),
+        }
+        for r in rows
+    ]
+
+
+async def get_job(conn: asyncpg.Connection, tenant: str, job_id: str) -> dict[str, Any] | None:
+    """A live job's document, registry fields and latest runs; None: no such job."""
+    row = await conn.fetchrow(QUERIES["job_get"], tenant, job_id)
+    if row is None:
+        return None
+    runs = await conn.fetch(QUERIES["job_runs_page"], tenant, job_id, None, RECENT_RUNS)
+    return {
+        "job": job_key(tenant, job_id),
+        "status": row["status"],
+        "version": row["version"],
+        "shard_id": row["shard_id"],
+        "next_run_at": _ms(row["next_run_at"]),
+        "created_at": iso(row["created_at"]),
+        "updated_at": iso(row["updated_at"]),
+        "document": orjson.loads(row["document"]),
+        "runs": [
+            {
+                "run_key": run_key(r["tenant"], r["job_id"], r["scheduled_at"]),
+                "scheduled_at": format_ms(r["scheduled_at"]),
+                "status": r["status"],
+                "attempt": r["attempt"],
+                "started_at": iso(r["started_at"]),
+                "finished_at": iso(r["finished_at"]),
+                "last_error": r["last_error"] or r["skip_reason"],
+            }
+            for r in runs
+        ],
+    }
+
+
+# What an operator asked for, as the registry's operation, and the words for its outcomes.
+CHANGES = {
+    "pause": RegistrationOp.PAUSE,
+    "resume": RegistrationOp.RESUME,
+    "rm": RegistrationOp.DELETE,
+}
+_DONE = {Outcome.PAUSED: "paused", Outcome.RESUMED: "resumed", Outcome.DELETED: "deleted"}
+_ALREADY = {"pause": "already paused", "resume": "already active"}
+
+
+async def change_job(
+    store: RegistryStore, command: str, tenant: str, job_id: str
+) -> dict[str, Any]:
+    """Pause, resume or delete (`command`: pause | resume | rm) one job through the registry.
+
+    Returns {"job", "result", "status", "version"}; BadInput when the job does not exist or
+    its state does not allow the change (a completed one-off cannot be paused).
+    """
+    key = job_key(tenant, job_id)
+    [applied] = await store.apply([Op(CHANGES[command].value, tenant, job_id)])
+    if applied.outcome == Outcome.NOT_FOUND:
+        raise BadInput(f"no job {key} (JOB is <tenant>/<job_id>; deleted jobs are gone)")
+    job = applied.job
+    if applied.outcome == Outcome.CONFLICT:
+        status = job.status if job is not None else "unknown"
+        raise BadInput(f"cannot {command} {key}: it is {status}")
+    if applied.outcome in _DONE:
+        result = _DONE[applied.outcome]
+    elif applied.outcome == Outcome.UNCHANGED:
+        result = _ALREADY.get(command, "unchanged")
+    else:  # stale and replay need an explicit version or a Kafka source; we give neither
+        raise RuntimeError(f"unexpected registry outcome {applied.outcome} for {command} {key}")
+    return {
+        "job": key,
+        "result": result,
+        "status": job.status if job is not None else None,
+        "version": job.version if job is not None else None,
+    }
+
+
+def _refused(applied: Applied, action: str) -> None:
+    key = job_key(applied.op.tenant, applied.op.job_id)
+    if applied.outcome == Outcome.NOT_FOUND:
+        raise BadInput(f"no job {key} (deleted jobs are gone)")
+    if applied.outcome == Outcome.CONFLICT:
+        raise BadInput(f"cannot {action} {key}: it is a completed one-off")
+    if applied.problem is not None:
+        raise BadInput(f"cannot {action} {key}: --{applied.problem}")
+
+
+async def trigger_job(
+    store: RegistryStore, tenant: str, job_id: str, idempotency_key: str | None
+) -> dict[str, Any]:
+    """One run of the job now, through the registry (paused jobs too); BadInput when the job
+    does not exist or is a completed one-off."""
+    op = Op(RegistrationOp.TRIGGER, tenant, job_id, request=TriggerRequest(idempotency_key))
+    [applied] = await store.apply([op])
+    _refused(applied, "trigger")
+    started = applied.started
+    assert isinstance(started, Triggered)
+    return {
+        "job": job_key(tenant, job_id),
+        "run_key": started.run_key,
+        "scheduled_at": format_ms(started.scheduled_ms),
+        "created": started.created,
+    }
+
+
+async def backfill_job(
+    store: RegistryStore, tenant: str, job_id: str, window: BackfillRequest, *, dry_run: bool
+) -> dict[str, Any]:
+    """The runs of the job's occurrences in the window that have none yet, through the
+    registry; a dry run rolls its transaction back and says what it would have created."""
+    op = Op(RegistrationOp.BACKFILL, tenant, job_id, request=window)
+    [applied] = await store.apply([op], dry_run=dry_run)
+    _refused(applied, "backfill")
+    done = applied.started
+    assert isinstance(done, Backfilled)
+    first = None if done.first_ms is None else run_key(tenant, job_id, done.first_ms)
+    last = None if done.last_ms is None else run_key(tenant, job_id, done.last_ms)
+    return {
+        "job": job_key(tenant, job_id),
+        "dry_run": dry_run,
+        "runs": done.created,
+        "occurrences": done.occurrences,
+        "existing": done.occurrences - done.created,
+        "first": first,
+        "last": last,
+        "first_ms": done.first_ms,
+        "last_ms": done.last_ms,
+        "rate_per_s": store.run_limits.backfill_rate_per_s,
+    }
+
+
+async def backfill_dispatched(
+    conn: asyncpg.Connection, tenant: str, job_id: str, first_ms: int, last_ms: int
+) -> tuple[int, int]:
+    """(dispatched, total) backfill runs of the job scheduled in [first_ms, last_ms]."""
+    row = await conn.fetchrow(QUERIES["ops_backfill_progress"], tenant, job_id, first_ms, last_ms)
+    assert row is not None  # an aggregate always answers one row
+    return row["dispatched"], row["total"]

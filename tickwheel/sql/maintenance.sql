@@ -1,0 +1,26 @@
+-- The maintenance's queries (tickwheel/maintenance.py): retention beyond the partition drops
+-- of core.sql. Each statement is safe to run again and from several processes at once.
+
+-- gc_completed_once --
+-- Retention of one-off jobs: remove up to $2 completed ones whose instant and last change are
+-- both older than $1. Called until it removes fewer than $2.
+WITH doomed AS (
+    SELECT j.tenant, j.job_id
+    FROM jobs j
+    WHERE j.kind = 'once' AND j.status = 'completed'
+      AND j.run_at < $1::timestamptz AND j.updated_at < $1::timestamptz
+    LIMIT $2
+    FOR UPDATE OF j SKIP LOCKED
+)
+DELETE FROM jobs j USING doomed d
+WHERE j.tenant = d.tenant AND j.job_id = d.job_id
+RETURNING j.tenant, j.job_id
+
+-- gc_replay_audit_runs --
+-- The per-run replay records of replays older than $1 (the summaries in replay_audit stay).
+DELETE FROM replay_audit_runs ar USING replay_audit a
+WHERE a.id = ar.audit_id AND a.started_at < $1::timestamptz
+
+-- gc_trigger_requests --
+-- Retention: idempotency keys older than a day answer nothing any more.
+DELETE FROM trigger_requests WHERE created_at < now() - interval '24 hours'
