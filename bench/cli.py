@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from tickwheel.bench.analysis import BurstSummary
     from tickwheel.bench.baseline import BaselineResult
     from tickwheel.bench.burst import BurstConfig, BurstResult
+    from tickwheel.bench.floor import FloorResult
 
 T = TypeVar("T")
 
@@ -218,6 +219,31 @@ async def _baseline(s: Settings, cfg: BurstConfig, jobs: int) -> BaselineResult:
             return await run_baseline(res, jobs, fleet, bar.set)
 
 
+async def _floor(s: Settings, cfg: BurstConfig) -> FloorResult:
+    """The design's least work on the same job ids, in a scratch database and topic of its own."""
+    from tickwheel.bench.floor import run_floor
+    from tickwheel.bench.report import Bar
+    from tickwheel.bench.scratch import scratch
+    from tickwheel.bench.supervisor import Supervisor
+
+    async with scratch(
+        s.effective_dsn,
+        s.effective_kafka,
+        s.effective_zk,
+        shards=cfg.shards,
+        partitions=cfg.partitions,
+    ) as res:
+        click.echo(f"floor: {cfg.jobs:,} runs, 1 claimer, 2 consumers", err=True)
+        with (
+            Supervisor(res.env(), cfg.log_dir / "floor") as fleet,
+            Bar(cfg.jobs, "completed") as bar,
+        ):
+            return await run_floor(res, cfg.jobs, fleet, bar.set)
+
+
+BASELINES = ("floor", "naive", "both")
+
+
 @bench.command("hot-second")
 @click.option("--jobs", type=click.IntRange(1, 10_000_000), default=DEFAULT_JOBS, show_default=True)
 @click.option(
@@ -228,11 +254,14 @@ async def _baseline(s: Settings, cfg: BurstConfig, jobs: int) -> BaselineResult:
     help="Jobs due evenly over this many ms after T0 (0: all at T0).",
 )
 @click.option(
-    "--baseline/--no-baseline",
-    default=True,
+    "--baseline",
+    type=click.Choice(BASELINES),
+    default="both",
     show_default=True,
-    help="Also measure the naive design (three SKIP LOCKED pollers) on the same jobs.",
+    help="Also measure, on the same jobs: the floor (the least work the design needs), the "
+    "naive design (three SKIP LOCKED pollers), or both.",
 )
+@click.option("--no-baseline", is_flag=True, help="Measure tickwheel alone.")
 @click.option(
     "--baseline-jobs",
     type=click.IntRange(1, 10_000_000),
@@ -243,7 +272,8 @@ async def _baseline(s: Settings, cfg: BurstConfig, jobs: int) -> BaselineResult:
 def hot_second(
     jobs: int,
     spread_ms: int,
-    baseline: bool,
+    baseline: str,
+    no_baseline: bool,
     baseline_jobs: int | None,
     shards: int | None,
     schedulers: int,
@@ -266,17 +296,24 @@ def hot_second(
         registration, partitions, lead_s, log_dir,
     )  # fmt: skip
 
-    async def go() -> tuple[BurstResult, BaselineResult | None]:
+    naive = not no_baseline and baseline in ("naive", "both")
+    with_floor = not no_baseline and baseline in ("floor", "both")
+
+    async def go() -> tuple[BurstResult, BaselineResult | None, FloorResult | None]:
         base = (
             await _baseline(s, cfg, baseline_jobs or min(jobs, BASELINE_JOBS_MAX))
-            if baseline
+            if naive
             else None
         )
-        return await _burst(s, cfg), base
+        # The floor right before the measured burst: machines drift, neighbours matter less.
+        floor = await _floor(s, cfg) if with_floor else None
+        return await _burst(s, cfg), base, floor
 
-    result, base = _run(go())
+    result, base, floor = _run(go())
     summary, meta = _summary(result)
-    out = burst_json(summary, base.to_json() if base else None, meta)
+    out = burst_json(
+        summary, base.to_json() if base else None, meta, floor.to_json() if floor else None
+    )
     click.echo(burst_table(out))
     _write_json(json_path, out)
     if plot_path is not None:
@@ -288,6 +325,7 @@ def hot_second(
             base.rows if base else None,
             base.started_ms if base else None,
             result.first_append,
+            (floor.rows, floor.t0_ms) if floor else None,
         )
         click.echo(f"plot: {plot_path}", err=True)
 
@@ -352,6 +390,33 @@ def steady(
             result.first_append,
         )
         click.echo(f"plot: {plot_path}", err=True)
+
+
+@bench.command("floor-claimer", hidden=True)
+@click.option("--start-at-ms", type=int, required=True)
+@click.option("--topic", required=True)
+def floor_claimer(start_at_ms: int, topic: str) -> None:
+    """The floor's claimer (started by `hot-second`, on its scratch resources)."""
+    from tickwheel.bench.floor import claim_until_drained
+
+    s = settings()
+    claimed = asyncio.run(
+        claim_until_drained(s.effective_dsn, s.effective_kafka, topic, start_at_ms)
+    )
+    click.echo(json.dumps({"claimed": claimed}))
+
+
+@bench.command("floor-consumer", hidden=True)
+@click.option("--topic", required=True)
+def floor_consumer(topic: str) -> None:
+    """One of the floor's consumers (started by `hot-second`, on its scratch resources)."""
+    from tickwheel.bench.floor import consume_until_stopped
+
+    s = settings()
+    done = asyncio.run(
+        consume_until_stopped(s.effective_dsn, s.effective_kafka, topic, f"{s.topic_prefix}.floor")
+    )
+    click.echo(json.dumps({"done": done}))
 
 
 @bench.command("baseline-poller", hidden=True)

@@ -90,9 +90,14 @@ def spread_json(prefix: str, spread: Spread) -> dict[str, Any]:
 
 
 def burst_json(
-    summary: BurstSummary, baseline: dict[str, Any] | None, meta: dict[str, Any]
+    summary: BurstSummary,
+    baseline: dict[str, Any] | None,
+    meta: dict[str, Any],
+    floor: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     base_rate = baseline["claimed_per_s"] if baseline else None
+    floor_done = floor["completed_max_s"] if floor else None
+    ours_done = finite(summary.completed.max_s)
     return {
         "jobs": summary.jobs,
         **spread_json("published", summary.published),
@@ -118,6 +123,12 @@ def burst_json(
             else None
         ),
         "baseline": baseline,
+        "floor_completed_max_s": floor_done,
+        "floor_cpu_s": floor["cpu_seconds_t0_to_done"]["whole_machine"] if floor else None,
+        "ratio_vs_floor": (
+            round(ours_done / floor_done, 2) if floor_done and ours_done is not None else None
+        ),
+        "floor": floor,
         **meta,
         "machine": machine(),
     }
@@ -151,6 +162,15 @@ def burst_table(result: dict[str, Any]) -> str:
         lines.append(
             f"baseline (3 naive pollers) claimed/s {result['baseline_claimed_per_s']:,.0f}   "
             f"ratio {result['ratio_vs_baseline']}x"
+        )
+    floor = result.get("floor")
+    if floor:
+        cpu_floor = floor["cpu_seconds_t0_to_done"]
+        lines.append(
+            f"floor (the design's least work: 1 claimer, 2 consumers) completed max "
+            f"{_s(floor['completed_max_s'])} s, published max {_s(floor['published_max_s'])} s, "
+            f"on {cpu_floor['whole_machine']:.1f} CPU-s of the machine   "
+            f"ratio {result['ratio_vs_floor']}x"
         )
     mem = result.get("scheduler_bytes_per_loaded_job")
     if mem:
@@ -207,8 +227,10 @@ def plot(
     baseline_rows: list[RunRecord] | None,
     baseline_start_ms: int | None,
     first_append: dict[str, int],
+    floor: tuple[list[RunRecord], int] | None = None,
 ) -> None:
-    """Cumulative runs over time: the measured system, and the baseline beside it."""
+    """Cumulative runs over time: the measured system with the floor's completions beside it,
+    and the naive baseline's claims in a panel of their own."""
     try:
         import matplotlib
 
@@ -227,6 +249,10 @@ def plot(
     ):
         xs, ys = cumulative(values, t0_ms)
         ax.step(xs, ys, where="post", label=label)
+    if floor is not None:
+        floor_rows, floor_t0_ms = floor
+        xs, ys = cumulative([r.finished_ms for r in floor_rows], floor_t0_ms)
+        ax.step(xs, ys, where="post", label="completed (floor)", color="black", linestyle="--")
     ax.set_title(title)
     ax.set_xlabel("seconds since T0")
     ax.set_ylabel("runs (cumulative)")

@@ -1,5 +1,5 @@
--- The harnesses' queries (bench/): the benchmarks' (bench_, and baseline_ for the naive
--- pollers), the chaos harness's (chaos_) and the demo's (demo_), and the ledger every harness
+-- The harnesses' queries (bench/): the benchmarks' (bench_, baseline_ for the naive
+-- pollers, floor_ for the floor), the chaos harness's (chaos_) and the demo's (demo_), and the ledger every harness
 -- checks (bench_ledger_runs). They run only against the harnesses' own databases, scratch or
 -- private, and their own tenants. Instants leave as integer unix milliseconds.
 
@@ -114,3 +114,67 @@ FROM job_runs
 WHERE tenant = $1 AND job_id = $2
 ORDER BY scheduled_at DESC
 LIMIT 1
+
+-- floor_schema --
+-- The floor's tables (bench/floor.py): what a run needs and nothing else — a due job,
+-- a run row keyed by the run key's parts — each with its primary key, the jobs with the one
+-- index the claim walks.
+CREATE TABLE floor_jobs (
+    job_id  text PRIMARY KEY,
+    due_at  timestamptz NOT NULL,
+    done    boolean NOT NULL DEFAULT false
+);
+CREATE INDEX floor_jobs_due ON floor_jobs (due_at) WHERE NOT done;
+CREATE TABLE floor_runs (
+    job_id        text NOT NULL,
+    scheduled_at  timestamptz NOT NULL,
+    status        text NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    finished_at   timestamptz,
+    PRIMARY KEY (job_id, scheduled_at)
+)
+
+-- floor_jobs_load --
+-- $1 job ids, $2 the instant they are all due (T0)
+INSERT INTO floor_jobs (job_id, due_at) SELECT unnest($1::text[]), $2::timestamptz
+
+-- floor_analyze --
+ANALYZE floor_jobs
+
+-- floor_claim --
+-- The floor's claim, one statement per batch: the due jobs in due order are marked done and
+-- their run rows inserted; returns what each run's message carries. One claimer, so no lock
+-- beyond the UPDATE's own. $1 the batch size.
+WITH due AS (
+    SELECT job_id FROM floor_jobs
+    WHERE NOT done AND due_at <= now()
+    ORDER BY due_at
+    LIMIT $1
+), claimed AS (
+    UPDATE floor_jobs j SET done = true
+    FROM due
+    WHERE j.job_id = due.job_id
+    RETURNING j.job_id, j.due_at
+)
+INSERT INTO floor_runs (job_id, scheduled_at, status)
+SELECT job_id, due_at, 'pending' FROM claimed
+RETURNING job_id, (extract(epoch FROM scheduled_at) * 1000)::bigint AS scheduled_ms
+
+-- floor_results --
+-- The floor's result write, one statement per consumed batch: $1 job ids, $2 scheduled ms.
+UPDATE floor_runs r SET status = 'succeeded', finished_at = now()
+FROM unnest($1::text[], $2::bigint[]) AS w(job_id, scheduled_ms)
+WHERE r.job_id = w.job_id
+  AND r.scheduled_at = 'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond'
+  AND r.status = 'pending'
+
+-- floor_progress --
+SELECT count(*) FROM floor_runs WHERE status = 'succeeded'
+
+-- floor_runs --
+SELECT job_id,
+       (extract(epoch FROM scheduled_at) * 1000)::bigint AS scheduled_ms,
+       (extract(epoch FROM created_at) * 1000)::bigint AS claimed_ms,
+       (extract(epoch FROM finished_at) * 1000)::bigint AS finished_ms,
+       status
+FROM floor_runs

@@ -1,0 +1,52 @@
+"""`tickwheel bench hot-second` end to end on a few thousand jobs: the measured run, the floor
+and the naive baseline each complete with nothing lost or duplicated, and the JSON carries the
+figures the docs compare (no timing is asserted: speed lives in docs/BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tickwheel.stack import Addresses
+
+pytestmark = pytest.mark.integration
+
+TICKWHEEL = str(Path(sys.executable).parent / "tickwheel")
+JOBS = 2000
+
+
+@pytest.mark.timeout(300)
+def test_hot_second_with_floor_and_naive_baselines(stack: Addresses, tmp_path: Path) -> None:
+    """2,000 jobs: tickwheel, the floor and the naive pollers all run every job once; the JSON
+    has the floor's completed max, its CPU, and the ratio to it"""
+    out = tmp_path / "hot.json"
+    env = {
+        "PATH": str(Path(sys.executable).parent),
+        "TICKWHEEL_DSN": stack.dsn,
+        "TICKWHEEL_KAFKA": stack.kafka,
+        "TICKWHEEL_ZK": stack.zk,
+        "TICKWHEEL_SHARDS": "8",
+    }
+    done = subprocess.run(
+        [TICKWHEEL, "bench", "hot-second", "--jobs", str(JOBS), "--baseline", "both",
+         "--lead-s", "20", "--json", str(out), "--log-dir", str(tmp_path / "logs")],
+        env=env, capture_output=True, timeout=280,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    result = json.loads(out.read_text())
+    assert result["jobs"] == JOBS and result["completed_count"] == JOBS
+    assert result["duplicates"] == 0 and result["lost"] == 0 and result["not_completed"] == 0
+    floor = result["floor"]
+    assert floor["jobs"] == JOBS and floor["completed_count"] == JOBS
+    assert result["floor_completed_max_s"] == floor["completed_max_s"] > 0
+    assert result["floor_cpu_s"] == floor["cpu_seconds_t0_to_done"]["whole_machine"]
+    assert result["ratio_vs_floor"] == pytest.approx(
+        result["completed_max_s"] / floor["completed_max_s"], abs=0.01
+    )
+    assert result["baseline"]["jobs"] == JOBS and result["baseline_claimed_per_s"] > 0
+    table = done.stdout.decode()
+    assert "floor (the design's least work" in table and "baseline (3 naive pollers)" in table
