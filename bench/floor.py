@@ -49,6 +49,7 @@ from tickwheel.bench.supervisor import (
     machine_cpu_seconds,
 )
 from tickwheel.clock import ms_to_datetime, now_ms
+from tickwheel.db import KEYED_LOOKUPS
 from tickwheel.domain import run_key
 from tickwheel.kafka import consumer, producer
 from tickwheel.queries import QUERIES
@@ -61,10 +62,7 @@ READY_TIMEOUT_S = 60.0  # seconds for the consumers to join their group
 SETTLE_AFTER_JOIN_S = 3.0  # a second member's join rebalances the first: let it settle
 START_DELAY_S = 2.0  # seconds from starting the claimer to T0
 LOAD_RATE_PER_S = 50_000  # jobs loaded into the floor's table per second, assumed for T0
-# The result statement joins a batch's keys with the run rows through the primary key; with the
-# table's statistics taken while it was empty, the planner may instead scan every run for each
-# batch (seen: two of five runs took several times longer). The floor's sessions rule that out.
-KEY_LOOKUPS_ONLY = {"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off"}
+
 FLOOR_TIMEOUT_S = 1800.0
 POLL_S = 0.25
 READ_TIMEOUT_S = 600.0  # seconds to read the floor's topic back
@@ -154,7 +152,11 @@ async def claim_until_drained(dsn: str, kafka: str, topic: str, start_at_ms: int
 async def consume_until_stopped(dsn: str, kafka: str, topic: str, group: str) -> int:
     """A consumer: batches of runs marked succeeded, offsets stored after the write."""
     stop = _until_signalled()
-    conn = await asyncpg.connect(dsn, server_settings=KEY_LOOKUPS_ONLY)
+    # The result statement joins a batch's keys with the run rows through the primary key; with
+    # the table's statistics taken while it was empty the planner may scan every run for each
+    # batch instead (seen: two of five runs took several times longer). As for the workers,
+    # the session leaves it nothing but the key lookups.
+    conn = await asyncpg.connect(dsn, server_settings=KEYED_LOOKUPS)
     cons: Consumer = consumer(kafka, group, **{"partition.assignment.strategy": "range"})
 
     def on_assign(_c: Consumer, parts: list[TopicPartition]) -> None:

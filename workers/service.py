@@ -775,7 +775,12 @@ async def serve(
 
         start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.registry)
     size = (concurrency or settings.worker_concurrency) + 4
-    pool = await db.create_pool(settings.effective_dsn, min_size=2, max_size=min(size, 20))
+    pool = await db.create_pool(
+        settings.effective_dsn,
+        min_size=2,
+        max_size=min(size, 20),
+        server_settings=db.KEYED_LOOKUPS,
+    )
     process = Process("worker")
     metrics.registry.register(PartsCollector(process))
     worker = make_worker(settings, pool, worker_id, concurrency, metrics)

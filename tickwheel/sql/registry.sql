@@ -72,7 +72,11 @@ WITH updated AS (
     RETURNING tenant, job_id
 )
 -- Only the number of rows written is needed: sending back 2,000 keys cost more than this.
-SELECT (SELECT count(*) FROM updated) + (SELECT count(*) FROM inserted) AS written
+-- The change feed's wake-up hint (docs/CHANGE_FEED.md): NOTIFY tickwheel_jobs '<shard>' once
+-- per shard the batch writes, delivered at commit (Postgres folds repeats in a transaction).
+SELECT (SELECT count(*) FROM updated) + (SELECT count(*) FROM inserted) AS written,
+       (SELECT count(*) FROM (SELECT pg_notify('tickwheel_jobs', s.shard_id::text)
+                              FROM (SELECT DISTINCT shard_id FROM jobs_stage) s) n) AS notified
 
 -- health_check --
 SELECT 1
