@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
@@ -138,9 +138,14 @@ def _take_choice(
     return value
 
 
-@dataclass(frozen=True)
-class RunEnvelope:
-    """One run, as a shard leader publishes it to `runs.{priority}`."""
+class RunEnvelope(NamedTuple):
+    """One run, as a shard leader publishes it to `runs.{priority}` (immutable).
+
+    A named tuple rather than a frozen dataclass: a worker decodes, and a leader builds, one per
+    run, and a frozen dataclass costs a guarded attribute write per field to construct (6 µs of
+    the 18 µs a decode took, measured). Build one through `decode`/`from_dict` (which check every
+    field) or with exactly one of `handler` and `target`.
+    """
 
     run_key: str
     tenant: str
@@ -156,12 +161,8 @@ class RunEnvelope:
     # How the run came to be (domain.RunOrigin); None in envelopes of leaders before it existed.
     origin: str | None = None
 
-    def __post_init__(self) -> None:
-        if (self.handler is None) == (self.target is None):
-            raise EnvelopeError("exactly one of 'handler' and 'target' must be set")
-
     def to_dict(self) -> dict[str, Any]:
-        # Written out rather than dataclasses.asdict, which deep-copies the payload: a shard
+        # Written out rather than a generic conversion, which would copy the payload: a shard
         # leader encodes up to hundreds of thousands of envelopes in a hot second.
         body: dict[str, Any] = {
             "v": RUN_ENVELOPE_VERSION,
@@ -191,6 +192,45 @@ class RunEnvelope:
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> RunEnvelope:
+        """The envelope `obj` describes, every field checked; else EnvelopeError naming one.
+
+        The common case — a leader's envelope — passes one run of cheap checks; anything that
+        fails one of them is looked at again field by field, which names what is wrong (and is
+        the rule: the quick checks only ever accept what it accepts)."""
+        get = obj.get
+        tenant, job_id, ms = get("tenant"), get("job_id"), get("scheduled_at")
+        attempt, epoch, timeout = get("attempt"), get("epoch"), get("timeout_ms")
+        handler, target, origin = get("handler"), get("target"), get("origin")
+        if (
+            get("v") == RUN_ENVELOPE_VERSION
+            and type(ms) is int  # a bool is no int here
+            and type(attempt) is int
+            and type(epoch) is int
+            and type(timeout) is int
+            and type(tenant) is str
+            and type(job_id) is str
+            and INSTANT_MIN_MS <= ms < INSTANT_MAX_MS
+            and 1 <= attempt <= ATTEMPT_MAX
+            and 0 <= epoch <= INT64_MAX
+            and 1 <= timeout <= INT64_MAX
+            and get("priority") in _PRIORITY_SET
+            and (origin is None or origin in _ORIGIN_SET)
+            and (
+                (type(handler) is str and target is None)
+                or (handler is None and type(target) is dict)
+            )
+            and get("run_key") == f"{tenant}/{job_id}@{ms}"
+            and (tenant in _TENANTS_SEEN or _tenant_ok(tenant))
+            and JOB_ID_FORM.fullmatch(job_id)
+        ):
+            return cls(
+                obj["run_key"], tenant, job_id, ms, attempt, epoch, obj["priority"],
+                get("payload"), timeout, handler, target, origin,
+            )  # fmt: skip
+        return cls._checked(obj)
+
+    @classmethod
+    def _checked(cls, obj: dict[str, Any]) -> RunEnvelope:
         version = _take(obj, "v", int)
         if version != RUN_ENVELOPE_VERSION:
             raise EnvelopeError(f"unknown run envelope version {version}")
@@ -208,6 +248,8 @@ class RunEnvelope:
             target=_take(obj, "target", dict, optional=True),
             origin=_take_choice(obj, "origin", RUN_ORIGINS, optional=True),
         )
+        if (env.handler is None) == (env.target is None):
+            raise EnvelopeError("exactly one of 'handler' and 'target' must be set")
         if parse_run_key(env.run_key) != (env.tenant, env.job_id, env.scheduled_at):
             raise EnvelopeError("field 'run_key' does not match tenant, job_id and scheduled_at")
         return env
@@ -215,6 +257,22 @@ class RunEnvelope:
     @classmethod
     def decode(cls, raw: bytes) -> RunEnvelope:
         return cls.from_dict(_loads(raw))
+
+
+_PRIORITY_SET = frozenset(PRIORITIES)
+_ORIGIN_SET = frozenset(RUN_ORIGINS)
+# Tenant names already checked against the form: a worker sees the same few over and over.
+_TENANTS_SEEN: set[str] = set()
+_TENANTS_SEEN_MAX = 10_000
+
+
+def _tenant_ok(tenant: str) -> bool:
+    if not TENANT_FORM.fullmatch(tenant):
+        return False
+    if len(_TENANTS_SEEN) >= _TENANTS_SEEN_MAX:
+        _TENANTS_SEEN.clear()
+    _TENANTS_SEEN.add(tenant)
+    return True
 
 
 # Free text quoted in a report (a rejection's reason, a run's error) longer than this is cut,
@@ -305,7 +363,7 @@ class DeadLetter:
         payload = orjson.dumps(self.run.payload)
         letter = dataclasses.replace(
             letter,
-            run=dataclasses.replace(self.run, payload=None),
+            run=self.run._replace(payload=None),
             payload_omitted={"size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()},
         )
         if len(letter.encode()) > max_bytes:

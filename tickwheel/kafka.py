@@ -349,19 +349,32 @@ class ContiguousOffsets:
             return self._entry(tp).generation
 
     def track(self, tp: tuple[str, int], offset: int) -> int:
+        return self.track_many(tp, (offset,))
+
+    def track_many(self, tp: tuple[str, int], offsets: Iterable[int]) -> int:
+        """`track` for several offsets of one partition (one lock for a fetched batch)."""
         with self._lock:
             part = self._entry(tp)
-            if offset not in part.pending:  # a redelivery of an offset still outstanding
-                part.pending.add(offset)
-                heapq.heappush(part.outstanding, offset)
-            part.next = max(part.next, offset + 1)
+            pending, heap = part.pending, part.outstanding
+            for offset in offsets:
+                if offset not in pending:  # a redelivery of an offset still outstanding
+                    pending.add(offset)
+                    heapq.heappush(heap, offset)
+                if offset >= part.next:
+                    part.next = offset + 1
             return part.generation
 
     def done(self, tp: tuple[str, int], offset: int, generation: int) -> None:
+        self.done_many(((tp, offset, generation),))
+
+    def done_many(self, items: Iterable[tuple[tuple[str, int], int, int]]) -> None:
+        """`done` for several (tp, offset, generation) at once (one lock for a settled batch)."""
+        parts = self._parts
         with self._lock:
-            part = self._parts.get(tp)
-            if part is not None and part.generation == generation and offset in part.pending:
-                part.finished.add(offset)
+            for tp, offset, generation in items:
+                part = parts.get(tp)
+                if part is not None and part.generation == generation and offset in part.pending:
+                    part.finished.add(offset)
 
     def generation(self, tp: tuple[str, int]) -> int | None:
         """The current generation of `tp`, or None when it is not assigned."""

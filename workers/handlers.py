@@ -20,8 +20,9 @@ import datetime as dt
 import importlib
 import inspect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from tickwheel.clock import datetime_to_ms, ms_to_datetime
 
 HandlerFn = Callable[["Context", Any], Any]
 F = TypeVar("F", bound=HandlerFn)
@@ -37,15 +38,66 @@ class HandlerLoadError(ValueError):
     """A `--handlers` module that cannot be imported, or two handlers with one name."""
 
 
-@dataclass(frozen=True)
 class Context:
-    """What a handler knows about the run it executes."""
+    """What a handler knows about the run it executes (read-only).
 
-    run_key: str  # <tenant>/<job_id>@<unix_ms>: also the idempotency key to pass downstream
-    tenant: str
-    job_id: str
-    scheduled_at: dt.datetime  # aware, UTC
-    attempt: int  # 1 on the first dispatch
+    `run_key`: `<tenant>/<job_id>@<unix_ms>`, also the idempotency key to pass downstream;
+    `tenant`, `job_id`; `scheduled_at`: the scheduled instant, an aware UTC datetime;
+    `attempt`: 1 on the first dispatch. A worker makes one per run: `scheduled_at` is built
+    only when a handler asks for it.
+    """
+
+    __slots__ = ("_attempt", "_job_id", "_run_key", "_scheduled_at", "_scheduled_ms", "_tenant")
+
+    def __init__(
+        self, run_key: str, tenant: str, job_id: str, scheduled_at: dt.datetime, attempt: int
+    ) -> None:
+        self._run_key, self._tenant, self._job_id = run_key, tenant, job_id
+        self._scheduled_ms = datetime_to_ms(scheduled_at)
+        self._scheduled_at: dt.datetime | None = scheduled_at
+        self._attempt = attempt
+
+    @classmethod
+    def of_run(
+        cls, run_key: str, tenant: str, job_id: str, scheduled_ms: int, attempt: int
+    ) -> Context:
+        ctx = cls.__new__(cls)
+        ctx._run_key, ctx._tenant, ctx._job_id = run_key, tenant, job_id
+        ctx._scheduled_ms, ctx._scheduled_at, ctx._attempt = scheduled_ms, None, attempt
+        return ctx
+
+    @property
+    def run_key(self) -> str:
+        return self._run_key
+
+    @property
+    def tenant(self) -> str:
+        return self._tenant
+
+    @property
+    def job_id(self) -> str:
+        return self._job_id
+
+    @property
+    def scheduled_at(self) -> dt.datetime:
+        if self._scheduled_at is None:
+            self._scheduled_at = ms_to_datetime(self._scheduled_ms)
+        return self._scheduled_at
+
+    @property
+    def attempt(self) -> int:
+        return self._attempt
+
+    def __repr__(self) -> str:
+        return f"Context(run_key={self._run_key!r}, attempt={self._attempt})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Context):
+            return NotImplemented
+        return (self._run_key, self._attempt) == (other._run_key, other._attempt)
+
+    def __hash__(self) -> int:
+        return hash((self._run_key, self._attempt))
 
 
 def handler(name: str) -> Callable[[F], F]:
@@ -71,6 +123,21 @@ def resolve(name: str) -> HandlerFn | None:
 
 def is_async(fn: HandlerFn) -> bool:
     return inspect.iscoroutinefunction(fn)
+
+
+def resolved(name: str) -> tuple[HandlerFn, bool] | None:
+    """The handler of `name` and whether it is async, or None: `resolve` and `is_async` at
+    once, remembered per function (a worker asks once per run)."""
+    fn = _HANDLERS.get(name)
+    if fn is None:
+        return None
+    known = _ASYNC.get(fn)
+    if known is None:
+        known = _ASYNC[fn] = inspect.iscoroutinefunction(fn)
+    return fn, known
+
+
+_ASYNC: dict[HandlerFn, bool] = {}
 
 
 def names() -> list[str]:

@@ -62,3 +62,13 @@ class WeightedPicker:
             self._waited[level] = self._waited[level] + 1 if level in ready else 0
         self._waited[best] = 0
         return best
+
+    def served_alone(self, level: str) -> None:
+        """The state after any number of `pick`s while `level` was the only ready level (and
+        was given every slot): its credit earns and pays back its own weight each time, so it
+        is unchanged, and no level has waited. Lets a caller hand out a lone level's slots at
+        once instead of one pick per slot."""
+        if level not in self.weights:
+            raise ValueError(f"unknown level {level!r}")
+        for other in self._waited:
+            self._waited[other] = 0

@@ -61,21 +61,22 @@ import os
 import socket
 import time
 import uuid
-from collections import Counter, deque
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaException,
+    Message,
     Producer,
     TopicPartition,
 )
 
-from tickwheel.clock import ms_to_datetime, now_ms
+from tickwheel.clock import now_ms
 from tickwheel.config import Settings
 from tickwheel.crash_points import crash_point
 from tickwheel.db import DB_ERRORS
@@ -91,15 +92,18 @@ from tickwheel.kafka import (
     publish_reports,
     value_room,
 )
+from tickwheel.metrics import observe_many
 from tickwheel.runtime import Process
 from tickwheel.topics import Topics
 from tickwheel.workers import handlers
-from tickwheel.workers.handlers import Context, PermanentError
+from tickwheel.workers.deliveries import Delivery, Queues, Unreadable
+from tickwheel.workers.execution import Execution, Outcome
+from tickwheel.workers.handlers import Context
 from tickwheel.workers.metrics import PartsCollector, WorkerMetrics
 from tickwheel.workers.priorities import WeightedPicker
-from tickwheel.workers.retry import Decision, decide
-from tickwheel.workers.store import Attempted, Claim, JobContent, ResultRow, RunId, RunStore
-from tickwheel.workers.targets import HttpTargets, RetryableTargetError, TargetPolicy
+from tickwheel.workers.retry import decide
+from tickwheel.workers.store import Claim, JobContent, Keys, Results, RunId, RunStore
+from tickwheel.workers.targets import HttpTargets, TargetPolicy
 
 log = logging.getLogger("tickwheel.worker")
 
@@ -111,42 +115,15 @@ RECORD_ERRORS: tuple[type[BaseException], ...] = (*DB_ERRORS, PublishError)
 DB_RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0)  # then the process dies (I9)
 RECORD_LINGER_S = 0.005  # after a first result, gather others finishing this long
 WORKER_ASSIGNOR = "range"  # see make_worker
+SUCCEEDED = RunStatus.SUCCEEDED.value
+
+# A finished attempt on its way to the result write: the delivery, the claim, the status,
+# the retry delay (retrying) and the error.
+Finished = tuple[Delivery, Claim, str, "int | None", "str | None"]
 
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-@dataclass
-class Delivery:
-    """A run envelope received and not yet done."""
-
-    tp: tuple[str, int]
-    offset: int
-    generation: int
-    level: str
-    env: RunEnvelope
-    published_ms: int | None  # the record's timestamp: when the leader produced it
-    raw: bytes  # the message's value, for the DLQ if the delivery turns out to be forged
-
-    @property
-    def run(self) -> RunId:
-        return (self.env.tenant, self.env.job_id, self.env.scheduled_at)
-
-
-@dataclass
-class Finished:
-    delivery: Delivery
-    claim: Claim
-    decision: Decision
-
-
-@dataclass
-class Unreadable:
-    tp: tuple[str, int]
-    offset: int
-    generation: int
-    record: UnreadableRun
 
 
 class Worker:
@@ -170,8 +147,11 @@ class Worker:
         self.store = RunStore(pool, worker_id, settings.lease_s * 1000)
         self.producer = producer
         self.offsets = ContiguousOffsets()
-        self.queues: dict[str, deque[Delivery]] = {p: deque() for p in PRIORITIES}
-        self.picker = WeightedPicker(settings.priority_weights, settings.worker_high_reserved_slots)
+        self.queues = Queues(
+            WeightedPicker(settings.priority_weights, settings.worker_high_reserved_slots),
+            settings.worker_tenant_concurrency,
+            self.offsets.generation,
+        )
         self.targets = HttpTargets(
             TargetPolicy(
                 allowlist=tuple(settings.target_allowlist),
@@ -181,10 +161,17 @@ class Worker:
                 breaker_cooldown_s=settings.target_breaker_cooldown_s,
             )
         )
+        self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="handler")
+        self.execution = Execution(self._threads, self.targets)
         self.leased: dict[RunId, int] = {}  # runs held (executing or awaiting their write)
         self.executing = 0
-        self.tenant_load: Counter[str] = Counter()
-        self.results: asyncio.Queue[Finished | Unreadable] = asyncio.Queue()
+        self.tenant_load: Counter[str] = Counter()  # kept only under a tenant cap
+        self._capped = settings.worker_tenant_concurrency > 0
+        # Finished attempts and unreadable deliveries waiting for `record`, in arrival order.
+        self._finished: list[Finished] = []
+        self._unreadable: list[Unreadable] = []
+        self._durations: list[float] = []  # handler seconds of the finished attempts
+        self._to_record = asyncio.Event()
         self.wake = asyncio.Event()
         self.executions_done = asyncio.Event()
         self.recorded = asyncio.Event()
@@ -192,9 +179,9 @@ class Worker:
         self._assignment_changed = False
         self._revoked = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="handler")
         self._lag_labels: set[tuple[str, str]] = set()
         self._claim_failures = 0  # claims failed in a row (the database unavailable)
+        self.metrics.in_flight.set_function(lambda: self.executing)
         self.source = BatchConsumer(
             consumer,
             list(self.level_of),
@@ -231,42 +218,11 @@ class Worker:
         lag_due = time.monotonic()
         while not stop.is_set():
             messages = await self.source.batch()
-            for msg in messages:
-                tp = (msg.topic() or "", msg.partition() or 0)
-                offset = msg.offset() or 0
-                generation = self.offsets.track(tp, offset)
-                raw = msg.value() or b""
-                try:
-                    env = RunEnvelope.decode(raw)
-                except EnvelopeError as exc:
-                    reason = str(exc)
-                except Exception as exc:  # unforeseen: this message only, never the loop
-                    log.exception("decoding a run envelope raised %s", type(exc).__name__)
-                    reason = f"could not be decoded: {exc!r}"
-                else:
-                    kind, stamp = msg.timestamp()
-                    self.queues[self.level_of[tp[0]]].append(
-                        Delivery(
-                            tp,
-                            offset,
-                            generation,
-                            self.level_of[tp[0]],
-                            env,
-                            # A producer sets the timestamp it likes: one that is no instant a
-                            # run can hold is not recorded (it would fail the batch's claim).
-                            stamp
-                            if kind != TIMESTAMP_NOT_AVAILABLE
-                            and INSTANT_MIN_MS < stamp < INSTANT_MAX_MS
-                            else None,
-                            raw,
-                        )
-                    )
-                    continue
-                log.warning("unreadable run message %s[%d]@%d: %s", *tp, offset, reason)
-                self._dead_letter(tp, offset, generation, raw, reason)
+            if messages:
+                self._receive(messages)
             if self._revoked:
                 self._revoked = False
-                self._drop_revoked()
+                self.queues.drop_revoked()
             await self._apply_pauses()
             if messages:
                 self.wake.set()
@@ -274,25 +230,57 @@ class Worker:
                 lag_due = time.monotonic() + LAG_EVERY_S
                 await self.source.call(self._report_lag)
 
+    def _receive(self, messages: Sequence[Message]) -> None:
+        """Step 1 for a fetched batch: track every offset, queue each envelope by its level;
+        a message that is no valid envelope goes to the DLQ (never executed)."""
+        placed = []
+        by_tp: dict[tuple[str, int], list[int]] = {}
+        for msg in messages:
+            tp = (msg.topic() or "", msg.partition() or 0)
+            offset = msg.offset() or 0
+            by_tp.setdefault(tp, []).append(offset)
+            placed.append((msg, tp, offset))
+        generations = {tp: self.offsets.track_many(tp, offs) for tp, offs in by_tp.items()}
+        level_of, queues, decode = self.level_of, self.queues, RunEnvelope.decode
+        for msg, tp, offset in placed:
+            generation = generations[tp]
+            raw = msg.value() or b""
+            try:
+                env = decode(raw)
+            except EnvelopeError as exc:
+                reason = str(exc)
+            except Exception as exc:  # unforeseen: this message only, never the loop
+                log.exception("decoding a run envelope raised %s", type(exc).__name__)
+                reason = f"could not be decoded: {exc!r}"
+            else:
+                kind, stamp = msg.timestamp()
+                level = level_of[tp[0]]
+                # A producer sets the timestamp it likes: one that is no instant a run can
+                # hold is not recorded (it would fail the batch's claim).
+                published = (
+                    stamp
+                    if kind != TIMESTAMP_NOT_AVAILABLE and INSTANT_MIN_MS < stamp < INSTANT_MAX_MS
+                    else None
+                )
+                queues[level].append(Delivery(tp, offset, generation, level, env, published, raw))
+                continue
+            log.warning("unreadable run message %s[%d]@%d: %s", *tp, offset, reason)
+            self._dead_letter(tp, offset, generation, raw, reason)
+
     def _dead_letter(
         self, tp: tuple[str, int], offset: int, generation: int, raw: bytes, reason: str
     ) -> None:
         """A message never to execute goes to the DLQ as unreadable, with its bytes (step 5)."""
         record = UnreadableRun(reason, tp[0], tp[1], offset, raw, self.worker_id, now_ms())
-        self.results.put_nowait(Unreadable(tp, offset, generation, record))
-
-    def _drop_revoked(self) -> None:
-        for queue in self.queues.values():
-            kept = [d for d in queue if self.offsets.generation(d.tp) == d.generation]
-            queue.clear()
-            queue.extend(kept)
+        self._unreadable.append(Unreadable(tp, offset, generation, record))
+        self._to_record.set()
 
     async def _apply_pauses(self) -> None:
         cap = self.settings.worker_queue_per_priority
         changed = self._assignment_changed
         self._assignment_changed = False
         for level in PRIORITIES:
-            size = len(self.queues[level])
+            size = self.queues.size(level)
             if level not in self.paused and size >= cap:
                 self.paused.add(level)
                 await self.source.call(self._pause_level, level, True)
@@ -351,7 +339,7 @@ class Worker:
     async def dispatch(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             self.wake.clear()
-            picked = self._pick()
+            picked = self.queues.pick(self.concurrency - self.executing, self.tenant_load)
             if not picked:
                 await _wait_any(self.wake, stop, IDLE_WAIT_S)
                 continue
@@ -359,97 +347,122 @@ class Worker:
         await self._drain()
         self.executions_done.set()
 
-    def _pick(self) -> list[Delivery]:
-        """Deliveries for the free slots: weighted by priority, within the tenant caps."""
-        free = self.concurrency - self.executing
-        cap = self.settings.worker_tenant_concurrency
-        load = Counter(self.tenant_load)
-        picked: list[Delivery] = []
-        while free > 0:
-            choice = {level: self._eligible(level, load, cap) for level in PRIORITIES}
-            ready = [level for level, index in choice.items() if index is not None]
-            level = self.picker.pick(ready, free)
-            if level is None:
-                break
-            queue, index = self.queues[level], choice[level]
-            assert index is not None
-            delivery = queue[index]
-            del queue[index]
-            picked.append(delivery)
-            load[delivery.env.tenant] += 1
-            free -= 1
-        return picked
-
-    def _eligible(self, level: str, load: Counter[str], cap: int) -> int | None:
-        queue = self.queues[level]
-        while queue and self.offsets.generation(queue[0].tp) != queue[0].generation:
-            queue.popleft()  # its partition was revoked: the next owner has it
-        if not queue:
-            return None
-        if cap <= 0:
-            return 0
-        for index, delivery in enumerate(queue):
-            if load[delivery.env.tenant] < cap:
-                return index
-        return None
-
     async def _claim_and_start(self, picked: list[Delivery]) -> None:
         # Two deliveries of one run may carry different attempts (a stale one and its
         # re-dispatch): both are asked for, at most one can match the row.
-        wanted = {
-            (d.run, d.env.attempt): Attempted(d.run, d.env.attempt, d.published_ms) for d in picked
-        }
+        keys = Keys()
+        asked: set[tuple[RunId, int]] = set()
+        for d in picked:
+            wanted = (d.run, d.env.attempt)
+            if wanted not in asked:
+                asked.add(wanted)
+                keys.add(d.run, d.env.attempt, d.published_ms)
         try:
-            claims, refused = await self.store.claim_isolating(list(wanted.values()))
+            claims, refused = await self.store.claim_isolating(keys)
         except DB_ERRORS as exc:
             self._claim_failures += 1
             pause_s = DB_RETRY_BACKOFF_S[min(self._claim_failures, len(DB_RETRY_BACKOFF_S)) - 1]
             if self._claim_failures == 1:
-                log.exception("claiming %d runs failed; they wait in the queue", len(wanted))
+                log.exception("claiming %d runs failed; they wait in the queue", len(keys))
             else:  # one traceback per outage, not one per attempt
                 log.warning(
                     "claiming %d runs failed again (%d in a row; next try in %.1f s): %s",
-                    len(wanted),
+                    len(keys),
                     self._claim_failures,
                     pause_s,
                     exc,
                 )
-            for d in reversed(picked):
-                self.queues[d.level].appendleft(d)
+            self.queues.put_back(picked)
             await asyncio.sleep(pause_s)
             return
         self._claim_failures = 0
-        if refused:
-            kept = []
-            for d in picked:
-                reason = refused.get((d.run, d.env.attempt))
-                if reason is None:
-                    kept.append(d)
-                else:
+        unclaimed: list[Delivery] = []
+        lateness: list[float] = []
+        for d in picked:
+            env = d.env
+            if refused:
+                reason = refused.get((d.run, env.attempt))
+                if reason is not None:
                     log.warning(
-                        "delivery of %s refused by the database; dead-lettered", d.env.run_key
+                        "delivery of %s refused by the database; dead-lettered", env.run_key
                     )
                     self._dead_letter(d.tp, d.offset, d.generation, d.raw, reason)
-            picked = kept
-        unclaimed: list[Delivery] = []
-        for d in picked:
+                    continue
             claim = claims.get(d.run)
-            if claim is None or claim.attempt != d.env.attempt:
+            if claim is None or claim.attempt != env.attempt:
                 unclaimed.append(d)
                 continue
             del claims[d.run]  # a second delivery of this attempt in the batch is a duplicate
-            self.metrics.start_lateness.observe(
-                max(0, claim.started_ms - d.env.scheduled_at) / 1000
-            )
+            lateness.append(max(0, claim.started_ms - env.scheduled_at) / 1000)
             self.leased[d.run] = claim.attempt
-            self.executing += 1
-            self.tenant_load[d.env.tenant] += 1
-            self.metrics.in_flight.set(self.executing)
-            task = asyncio.create_task(self._execute(d, claim), name=f"run {d.env.run_key}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._start(d, claim)
+        if lateness:
+            observe_many(self.metrics.start_lateness, lateness)
         if unclaimed:
             await self._skip(unclaimed)
+
+    def _start(self, d: Delivery, claim: Claim) -> None:
+        """Step 3: run the job's content; an attempt over at once is recorded at once."""
+        env = d.env
+        job = claim.content()
+        if job is not None and _differs(env, job):
+            self.metrics.envelope_mismatch.inc()
+            log.warning(
+                "envelope of %s differs from its job's content; the job's runs",
+                env.run_key,
+                extra={"run_key": env.run_key},
+            )
+        ctx = Context.of_run(env.run_key, env.tenant, env.job_id, env.scheduled_at, claim.attempt)
+        begun = self.execution.begin(job, ctx)
+        if isinstance(begun, Outcome):
+            self._finish(d, claim, begun)
+            return
+        self.executing += 1
+        if self._capped:
+            self.tenant_load[env.tenant] += 1
+        task = asyncio.create_task(self._await_run(d, claim, begun), name=f"run {env.run_key}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _await_run(
+        self, d: Delivery, claim: Claim, running: Coroutine[Any, Any, Outcome]
+    ) -> None:
+        try:
+            outcome = await running
+        except asyncio.CancelledError:
+            # Shutdown past its grace: no result; the lease lapses and the scheduler moves on.
+            self.leased.pop(d.run, None)
+            raise
+        finally:
+            self.executing -= 1
+            if self._capped:
+                tenant = d.env.tenant
+                self.tenant_load[tenant] -= 1
+                if self.tenant_load[tenant] <= 0:
+                    del self.tenant_load[tenant]
+            self.wake.set()
+        self._finish(d, claim, outcome)
+
+    def _finish(self, d: Delivery, claim: Claim, outcome: Outcome) -> None:
+        """Step 4: what the attempt becomes, queued for `record`."""
+        if outcome.error is None:
+            self._finished.append((d, claim, SUCCEEDED, None, None))
+        else:
+            decision = decide(
+                # An exception's message can be as large as the handler likes: the row and
+                # the dead letter keep its start.
+                error=cut_text(outcome.error),
+                permanent=outcome.permanent,
+                attempt=claim.attempt,
+                max_attempts=claim.max_attempts,
+                base_ms=claim.backoff_base_ms,
+                cap_ms=claim.backoff_cap_ms,
+            )
+            self._finished.append(
+                (d, claim, decision.status.value, decision.retry_in_ms, decision.error)
+            )
+        self._durations.append(outcome.seconds)
+        self._to_record.set()
 
     async def _skip(self, unclaimed: Sequence[Delivery]) -> None:
         """Deliveries that claimed nothing are done at once; say why in the metrics."""
@@ -457,6 +470,7 @@ class Worker:
             found = await self.store.statuses([d.run for d in unclaimed])
         except DB_ERRORS:
             found = None  # the reason is only for the metrics; the skip stands
+        done = []
         for d in unclaimed:
             reason = "duplicate"
             if found is not None:
@@ -487,90 +501,13 @@ class Worker:
                     "names no run: there is no row for this run key (not produced by a scheduler)",
                 )
                 continue
-            self.offsets.done(d.tp, d.offset, d.generation)
+            done.append((d.tp, d.offset, d.generation))
+        self.offsets.done_many(done)
         await self.source.store_positions(self.offsets.advanced())
-
-    async def _execute(self, d: Delivery, claim: Claim) -> None:
-        env = d.env
-        ctx = Context(
-            run_key=env.run_key,
-            tenant=env.tenant,
-            job_id=env.job_id,
-            scheduled_at=ms_to_datetime(env.scheduled_at),
-            attempt=claim.attempt,
-        )
-        error: str | None = None
-        permanent = False
-        started = time.monotonic()
-        job = claim.job
-        timeout_ms = None if job is None else job.timeout_ms
-        if job is not None and _differs(env, job):
-            self.metrics.envelope_mismatch.inc()
-            log.warning(
-                "envelope of %s differs from its job's content; the job's runs",
-                env.run_key,
-                extra={"run_key": env.run_key},
-            )
-        try:
-            async with asyncio.timeout(
-                None if timeout_ms is None else timeout_ms / 1000
-            ) as deadline:
-                await self._invoke(job, env.run_key, ctx)
-        except PermanentError as exc:
-            error, permanent = str(exc) or "PermanentError", True
-        except RetryableTargetError as exc:
-            error = str(exc)
-        except TimeoutError as exc:
-            error = (
-                f"timed out after {timeout_ms} ms" if deadline.expired() else f"TimeoutError: {exc}"
-            )
-        except asyncio.CancelledError:
-            # Shutdown past its grace: no result; the lease lapses and the scheduler moves on.
-            self.leased.pop(d.run, None)
-            raise
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        finally:
-            self.metrics.handler_seconds.observe(time.monotonic() - started)
-            self.executing -= 1
-            self.tenant_load[env.tenant] -= 1
-            if self.tenant_load[env.tenant] <= 0:
-                del self.tenant_load[env.tenant]
-            self.metrics.in_flight.set(self.executing)
-            self.wake.set()
-        decision = decide(
-            # An exception's message can be as large as the handler likes: the row and the
-            # dead letter keep its start.
-            error=None if error is None else cut_text(error),
-            permanent=permanent,
-            attempt=claim.attempt,
-            max_attempts=claim.max_attempts,
-            base_ms=claim.backoff_base_ms,
-            cap_ms=claim.backoff_cap_ms,
-        )
-        self.results.put_nowait(Finished(d, claim, decision))
-
-    async def _invoke(self, job: JobContent | None, run_key: str, ctx: Context) -> None:
-        if job is None:  # the job's row is gone: nothing to run (a dead letter)
-            raise PermanentError("its job no longer exists")
-        if job.target is not None:
-            await self.targets.call(job.target, job.payload, run_key)
-            return
-        assert job.handler is not None
-        fn = handlers.resolve(job.handler)
-        if fn is None:
-            raise PermanentError(
-                f"no handler named {job.handler!r} is loaded in this worker (--handlers)"
-            )
-        if handlers.is_async(fn):
-            await fn(ctx, job.payload)
-        else:
-            await asyncio.get_running_loop().run_in_executor(self._threads, fn, ctx, job.payload)
 
     async def _drain(self) -> None:
         """Stopping: drop what is queued, let in-flight runs finish within the grace."""
-        for queue in self.queues.values():
-            queue.clear()
+        self.queues.clear()
         tasks = set(self._tasks)
         if not tasks:
             return
@@ -586,36 +523,49 @@ class Worker:
 
     async def record(self) -> None:
         failures = 0
-        batch: list[Finished | Unreadable] = []
+        finished: list[Finished] = []
+        unreadable: list[Unreadable] = []
         while True:
-            if not batch:
-                if self.executions_done.is_set() and self.results.empty():
+            if not finished and not unreadable:
+                if self.executions_done.is_set() and not self._finished and not self._unreadable:
                     break
-                try:
-                    batch.append(await asyncio.wait_for(self.results.get(), IDLE_WAIT_S))
-                except TimeoutError:
-                    continue
-                await asyncio.sleep(RECORD_LINGER_S)
-                while not self.results.empty() and len(batch) < self.settings.worker_batch:
-                    batch.append(self.results.get_nowait())
+                if not self._finished and not self._unreadable:
+                    self._to_record.clear()
+                    try:
+                        await asyncio.wait_for(self._to_record.wait(), IDLE_WAIT_S)
+                    except TimeoutError:
+                        continue
+                    await asyncio.sleep(RECORD_LINGER_S)
+                finished, unreadable = self._take_batch()
             try:
-                await self._settle(batch)
+                await self._settle(finished, unreadable)
             except RECORD_ERRORS:
                 if failures >= len(DB_RETRY_BACKOFF_S):
                     raise
-                log.exception("recording %d results failed; retrying", len(batch))
+                log.exception(
+                    "recording %d results failed; retrying", len(finished) + len(unreadable)
+                )
                 await asyncio.sleep(DB_RETRY_BACKOFF_S[failures])
                 failures += 1
                 continue
             failures = 0
-            batch = []
+            finished, unreadable = [], []
         self.recorded.set()
 
-    async def _settle(self, batch: Sequence[Finished | Unreadable]) -> None:
+    def _take_batch(self) -> tuple[list[Finished], list[Unreadable]]:
+        """Up to `worker_batch` of what waits for `record`, oldest first; and their durations
+        go to the metrics."""
+        size = self.settings.worker_batch
+        finished, self._finished = self._finished[:size], self._finished[size:]
+        unreadable, self._unreadable = self._unreadable[:size], self._unreadable[size:]
+        durations, self._durations = self._durations, []
+        if durations:
+            observe_many(self.metrics.handler_seconds, durations)
+        return finished, unreadable
+
+    async def _settle(self, finished: list[Finished], unreadable: list[Unreadable]) -> None:
         """Steps 5 to 7 of the module docstring, for a batch."""
-        finished = [f for f in batch if isinstance(f, Finished)]
-        unreadable = [u for u in batch if isinstance(u, Unreadable)]
-        dead = [f for f in finished if f.decision.status is RunStatus.DEAD]
+        dead = [f for f in finished if f[2] == RunStatus.DEAD]
         letters: list[Finished | Unreadable] = [*dead, *unreadable]
         if letters:
             loop = asyncio.get_running_loop()
@@ -627,40 +577,38 @@ class Worker:
             self.metrics.dlq.labels("dead").inc(len(dead))
             self.metrics.dlq.labels("unreadable").inc(len(unreadable))
         crash_point("worker_after_dlq")
-        written = await self.store.write_results(
-            [
-                ResultRow(
-                    f.delivery.run,
-                    f.claim.attempt,
-                    f.decision.status.value,
-                    f.decision.retry_in_ms,
-                    f.decision.error,
-                )
-                for f in finished
-            ]
-        )
+        results = Results()
+        for d, claim, status, retry_in_ms, error in finished:
+            results.add(d.run, claim.attempt, status, retry_in_ms, error)
+        written = await self.store.write_results(results)
         crash_point("worker_after_results")
-        for f in finished:
-            d = f.delivery
-            outcome = f.decision.status.value if d.run in written else "fenced"
-            self.metrics.executions.labels(outcome).inc()
-            if outcome == "fenced":
+        outcomes: Counter[str] = Counter()
+        done = []
+        leased = self.leased
+        for d, claim, status, _, error in finished:
+            run = d.run
+            if run in written:
+                outcomes[status] += 1
+                if status == RunStatus.DEAD:  # rare, and on the DLQ: one line per dead run
+                    log.warning(
+                        "run dead after %d attempts",
+                        claim.attempt,
+                        extra={"run_key": d.env.run_key, "error": error},
+                    )
+            else:
+                outcomes["fenced"] += 1
                 log.warning(
                     "result of %s fenced out (lease lost)",
                     d.env.run_key,
                     extra={"run_key": d.env.run_key},
                 )
-            elif outcome == RunStatus.DEAD:  # rare, and on the DLQ: one line per dead run
-                log.warning(
-                    "run dead after %d attempts",
-                    f.claim.attempt,
-                    extra={"run_key": d.env.run_key, "error": f.decision.error},
-                )
-            if self.leased.get(d.run) == f.claim.attempt:
-                del self.leased[d.run]
-            self.offsets.done(d.tp, d.offset, d.generation)
-        for u in unreadable:
-            self.offsets.done(u.tp, u.offset, u.generation)
+            if leased.get(run) == claim.attempt:
+                del leased[run]
+            done.append((d.tp, d.offset, d.generation))
+        for outcome, count in outcomes.items():
+            self.metrics.executions.labels(outcome).inc(count)
+        done.extend((u.tp, u.offset, u.generation) for u in unreadable)
+        self.offsets.done_many(done)
         await self.source.store_positions(self.offsets.advanced())
 
     def _letter(self, item: Finished | Unreadable, max_bytes: int) -> Outgoing:
@@ -669,12 +617,13 @@ class Worker:
             return Outgoing(
                 self.topics.dlq, value=item.record.fitted(value_room(max_bytes, None)).encode()
             )
-        env = item.delivery.env
+        d, claim, _, _, error = item
+        env = d.env
         headers = env.headers()
         letter = DeadLetter(
             run=env,
-            error=item.decision.error or "",
-            attempts=item.claim.attempt,
+            error=error or "",
+            attempts=claim.attempt,
             dead_at=now_ms(),
             worker=self.worker_id,
         )
@@ -695,7 +644,9 @@ class Worker:
                 break
             except TimeoutError:
                 pass
-            held = [Attempted(run, attempt) for run, attempt in list(self.leased.items())]
+            held = Keys()
+            for run, attempt in list(self.leased.items()):
+                held.add(run, attempt)
             try:
                 await self.store.heartbeat(held)
             except DB_ERRORS:

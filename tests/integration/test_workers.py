@@ -680,7 +680,7 @@ async def test_weighted_shares_under_saturation_and_low_never_starves(
     saturated: list[int] = []  # executions so far, at samples where every level had a backlog
     async with running_worker(settings, concurrency=4) as worker:
         while LEVEL_ORDER.count("high") < 300:
-            if all(len(queue) >= 20 for queue in worker.queues.values()):
+            if all(len(queue) >= 20 for queue in worker.queues.by_level.values()):
                 saturated.append(len(LEVEL_ORDER))
             await asyncio.sleep(0.02)
     assert saturated, "the three levels never had a backlog at the same time"

@@ -3,12 +3,10 @@ rest of the batch is claimed, the culprits come back with the database's reason.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import asyncpg
 import pytest
 
-from tickwheel.workers.store import Attempted, Claim, RunId, RunStore
+from tickwheel.workers.store import Claim, Keys, RunId, RunStore
 
 pytestmark = pytest.mark.unit
 
@@ -23,17 +21,23 @@ class _FakeStore(RunStore):
         self.unavailable = unavailable
         self.statements = 0
 
-    async def claim(self, items: Sequence[Attempted]) -> dict[RunId, Claim]:
+    async def claim(self, keys: Keys) -> dict[RunId, Claim]:
         self.statements += 1
         if self.unavailable:
             raise ConnectionRefusedError("the database is down")
-        if any(i.run[1] in self.poisoned for i in items):
+        if any(job in self.poisoned for job in keys.job_ids):
             raise asyncpg.DataError("value out of int64 range")
-        return {i.run: Claim(i.attempt, 3, 0, 10, 100, None) for i in items}
+        return {
+            keys.run(i): Claim(*keys.run(i), keys.attempts[i], 3, 0, 10, 100, "h", None, "{}", 1)
+            for i in range(len(keys))
+        }
 
 
-def _items(n: int) -> list[Attempted]:
-    return [Attempted(("acme", f"job-{k}", 1000 + k), 1) for k in range(n)]
+def _items(n: int) -> Keys:
+    keys = Keys()
+    for k in range(n):
+        keys.add(("acme", f"job-{k}", 1000 + k), 1)
+    return keys
 
 
 async def test_one_poisoned_run_is_isolated_and_the_rest_claimed() -> None:
