@@ -104,6 +104,8 @@ class Scheduler:
                 "idle_in_transaction_session_timeout": str(s.zk_session_timeout_ms),
                 "application_name": store.scheduler_app_name(self.member_id),
             },
+            # The leaders' statements change no session state (transactions only).
+            reset_sessions=False,
         )
         self._outbox = Outbox(
             producer(s.effective_kafka, **{"client.id": f"scheduler-{uuid.uuid4().hex[:8]}"}),

@@ -67,11 +67,29 @@ async def connect(dsn: str, timeout: float = 60.0) -> asyncpg.Connection:
     return await asyncpg.connect(dsn, timeout=timeout)
 
 
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """A pool's release without asyncpg's reset query (see `create_pool`)."""
+
+
 async def create_pool(
-    dsn: str, min_size: int = 1, max_size: int = 10, server_settings: dict[str, str] | None = None
+    dsn: str,
+    min_size: int = 1,
+    max_size: int = 10,
+    server_settings: dict[str, str] | None = None,
+    *,
+    reset_sessions: bool = True,
 ) -> asyncpg.Pool:
+    """A connection pool. `reset_sessions=False` for code that never changes a session's state
+    (no SET, LISTEN, advisory lock or cursor outside a transaction): asyncpg otherwise sends
+    `SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL` each time a connection
+    goes back to the pool — one more round trip per statement on the hot path (an open
+    transaction is still rolled back on release either way)."""
     return await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, server_settings=server_settings
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        server_settings=server_settings,
+        reset=None if reset_sessions else _keep_session,
     )
 
 

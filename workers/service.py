@@ -731,6 +731,7 @@ async def serve(
         min_size=2,
         max_size=min(size, 20),
         server_settings=db.KEYED_LOOKUPS,
+        reset_sessions=False,
     )
     process = Process("worker")
     metrics.registry.register(PartsCollector(process))

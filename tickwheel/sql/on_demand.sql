@@ -27,10 +27,11 @@ SET scheduled_at = EXCLUDED.scheduled_at, created_at = now()
 -- One triggered run at $3 ms, due at once; nothing when that run key is taken (the caller
 -- tries the next millisecond). The job's row gives shard, priority and attempt budget.
 INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, status, attempt, epoch,
-                      retry_at, max_attempts, origin)
+                      retry_at, max_attempts, origin, overlap_tracked)
 SELECT j.tenant, j.job_id, 'epoch'::timestamptz + $3::bigint * interval '1 millisecond',
        j.shard_id, j.priority, 'retrying', 0, 0,
-       'epoch'::timestamptz + $3::bigint * interval '1 millisecond', j.max_attempts, 'trigger'
+       'epoch'::timestamptz + $3::bigint * interval '1 millisecond', j.max_attempts, 'trigger',
+       j.overlap_policy <> 'allow'
 FROM jobs j
 WHERE j.tenant = $1 AND j.job_id = $2
 ON CONFLICT DO NOTHING
@@ -55,12 +56,12 @@ WITH waiting AS (
           AND r.scheduled_at = 'epoch'::timestamptz + k.ms * interval '1 millisecond')
 )
 INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, status, attempt, epoch,
-                      retry_at, max_attempts, origin)
+                      retry_at, max_attempts, origin, overlap_tracked)
 SELECT j.tenant, j.job_id, 'epoch'::timestamptz + t.ms * interval '1 millisecond',
        j.shard_id, j.priority, 'retrying', 0, 0,
        greatest(now(), w.last_at + $4::double precision * interval '1 millisecond')
            + t.n * $4::double precision * interval '1 millisecond',
-       j.max_attempts, 'backfill'
+       j.max_attempts, 'backfill', j.overlap_policy <> 'allow'
 FROM todo t CROSS JOIN waiting w JOIN jobs j ON j.tenant = $1 AND j.job_id = $2
 ON CONFLICT DO NOTHING
 RETURNING (extract(epoch FROM scheduled_at) * 1000)::bigint AS scheduled_at

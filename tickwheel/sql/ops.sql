@@ -106,8 +106,9 @@ SELECT name FROM operator_keys WHERE key_hash = $1 AND revoked_at IS NULL
 --              publish instant minus scheduled instant (close to the leader's
 --              tickwheel_scheduler_dispatch_lag_seconds, measured at the broker's ack)
 -- Bounded: only runs scheduled in [$1 - $4, $2) are read (partition pruning), finished ones
--- through the index job_runs_finished and those in flight through job_runs_in_flight, so the
--- cost follows the window and the runs in flight, not the ledger. A run scheduled before that
+-- through the index job_runs_finished and those in flight through job_runs_lease and
+-- job_runs_retry (one arm of the OR each), so the cost follows the window and the runs in
+-- flight, not the ledger. A run scheduled before that
 -- (a retry after a long backoff, a catch-up of old occurrences) is not counted. Skipped rows
 -- count nowhere. Ordered-set aggregates skip NULLs: each percentile sees only first publishes.
 SELECT floor((extract(epoch FROM e.at) * 1000 - $1::bigint) / $3::bigint)::integer AS bucket,
@@ -128,7 +129,8 @@ CROSS JOIN LATERAL (VALUES
 WHERE r.scheduled_at >= 'epoch'::timestamptz + ($1::bigint - $4::bigint) * interval '1 millisecond'
   AND r.scheduled_at < 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
   AND (r.status IN ('succeeded', 'dead')
-       OR r.status IN ('pending', 'published', 'running', 'retrying'))
+       OR r.status IN ('pending', 'published', 'running')
+       OR r.status = 'retrying')
   AND e.at >= 'epoch'::timestamptz + $1::bigint * interval '1 millisecond'
   AND e.at < 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
 GROUP BY 1

@@ -105,7 +105,8 @@ WHERE r.shard_id = $1 AND r.status = 'retrying'
   AND r.retry_at < 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
 
 -- runs_in_flight --
--- Per job, its runs in flight (domain.IN_FLIGHT), split into buffered ones (pending without a
+-- Per job, its runs in flight (domain.IN_FLIGHT; those created while the job had an overlap
+-- policy, `overlap_tracked`, index job_runs_overlap), split into buffered ones (pending without a
 -- lease: held back by overlap buffer_one) and the others, for the overlap policies. A retrying
 -- row at attempt 0 (a trigger or backfill not dispatched yet) occupies nothing until it goes.
 SELECT r.tenant, r.job_id,
@@ -114,7 +115,7 @@ SELECT r.tenant, r.job_id,
 FROM job_runs r
 JOIN unnest($1::text[], $2::text[]) AS k(tenant, job_id)
   ON r.tenant = k.tenant AND r.job_id = k.job_id
-WHERE r.status IN ('pending', 'published', 'running', 'retrying')
+WHERE r.overlap_tracked AND r.status IN ('pending', 'published', 'running', 'retrying')
   AND NOT (r.status = 'retrying' AND r.attempt = 0)
 GROUP BY r.tenant, r.job_id
 
@@ -145,15 +146,16 @@ WITH due AS (
     FROM due c
     WHERE j.tenant = c.tenant AND j.job_id = c.job_id
     RETURNING j.tenant, j.job_id, j.priority, j.max_attempts, j.handler, j.target::text AS target,
-              j.payload::text AS payload, j.timeout_ms
+              j.payload::text AS payload, j.timeout_ms, j.overlap_policy
 ), inserted AS (
     INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, status, attempt,
-                          epoch, lease_until, max_attempts, origin, skip_reason, finished_at)
+                          epoch, lease_until, max_attempts, origin, skip_reason, finished_at,
+                          overlap_tracked)
     SELECT r.tenant, r.job_id, 'epoch'::timestamptz + r.ms * interval '1 millisecond', $1,
            c.priority, r.status, CASE WHEN r.status = 'pending' THEN 1 ELSE 0 END, $2,
            CASE WHEN r.leased THEN now() + $3::bigint * interval '1 millisecond' END,
            c.max_attempts, 'schedule', r.skip_reason,
-           CASE WHEN r.status = 'skipped' THEN now() END
+           CASE WHEN r.status = 'skipped' THEN now() END, c.overlap_policy <> 'allow'
     FROM unnest($9::text[], $10::text[], $11::bigint[], $12::text[], $13::text[], $14::boolean[])
          AS r(tenant, job_id, ms, status, skip_reason, leased)
     JOIN claimed c ON c.tenant = r.tenant AND c.job_id = r.job_id
@@ -328,7 +330,7 @@ WITH ready AS (
       AND NOT EXISTS (
           SELECT 1 FROM job_runs o
           WHERE o.tenant = b.tenant AND o.job_id = b.job_id
-            AND o.status IN ('pending', 'published', 'running', 'retrying')
+            AND o.overlap_tracked AND o.status IN ('pending', 'published', 'running', 'retrying')
             AND (o.status <> 'pending' OR o.lease_until IS NOT NULL)
             AND NOT (o.status = 'retrying' AND o.attempt = 0))
     FOR UPDATE OF b
