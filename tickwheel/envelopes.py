@@ -201,6 +201,7 @@ class RunEnvelope(NamedTuple):
         tenant, job_id, ms = get("tenant"), get("job_id"), get("scheduled_at")
         attempt, epoch, timeout = get("attempt"), get("epoch"), get("timeout_ms")
         handler, target, origin = get("handler"), get("target"), get("origin")
+        priority = get("priority")
         if (
             get("v") == RUN_ENVELOPE_VERSION
             and type(ms) is int  # a bool is no int here
@@ -213,8 +214,9 @@ class RunEnvelope(NamedTuple):
             and 1 <= attempt <= ATTEMPT_MAX
             and 0 <= epoch <= INT64_MAX
             and 1 <= timeout <= INT64_MAX
-            and get("priority") in _PRIORITY_SET
-            and (origin is None or origin in _ORIGIN_SET)
+            and type(priority) is str  # before a set lookup: a list there is unhashable
+            and priority in _PRIORITY_SET
+            and (origin is None or (type(origin) is str and origin in _ORIGIN_SET))
             and (
                 (type(handler) is str and target is None)
                 or (handler is None and type(target) is dict)
@@ -224,7 +226,7 @@ class RunEnvelope(NamedTuple):
             and JOB_ID_FORM.fullmatch(job_id)
         ):
             return cls(
-                obj["run_key"], tenant, job_id, ms, attempt, epoch, obj["priority"],
+                obj["run_key"], tenant, job_id, ms, attempt, epoch, priority,
                 get("payload"), timeout, handler, target, origin,
             )  # fmt: skip
         return cls._checked(obj)

@@ -326,3 +326,14 @@ def test_a_dead_letter_with_an_endless_error_and_payload_fits() -> None:
     assert DeadLetter.decode(encoded) == letter
     small = DeadLetter(run=_run(), error="boom", attempts=1, dead_at=1).fitted(200_000)
     assert small.payload_omitted is None and small.run.payload == {"n": 1}
+
+
+@pytest.mark.parametrize("field", ["priority", "origin", "tenant", "job_id", "handler", "run_key"])
+@pytest.mark.parametrize("value", [[], {}, ["normal"], 1.5, True])
+def test_a_field_of_the_wrong_json_type_is_an_envelope_error(field: str, value: object) -> None:
+    """a list, object, float or bool where a string belongs fails as EnvelopeError naming the
+    field (the quick checks never let an unhashable value reach a set lookup)"""
+    body = _valid_body()
+    body[field] = value
+    with pytest.raises(EnvelopeError, match=field):
+        RunEnvelope.decode(orjson.dumps(body))
