@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 
@@ -65,6 +66,34 @@ KEYED_LOOKUPS: dict[str, str] = {
 
 async def connect(dsn: str, timeout: float = 60.0) -> asyncpg.Connection:
     return await asyncpg.connect(dsn, timeout=timeout)
+
+
+# --- batch parameters --------------------------------------------------------------------------
+#
+# Hot statements take a batch of runs as parallel arrays. asyncpg encodes an array parameter
+# element by element in Python (1.5 µs per element pair of a text[] and a bigint[], measured
+# against 0.34 µs for the same values joined), so the arrays of identifiers and numbers travel as
+# one text each, split by the statement: `string_to_array($n, ',')` for identifiers (tenant
+# names, job ids and statuses hold no comma: their forms exclude it) and
+# `string_to_array($n, ',', 'n')::bigint[]` for numbers, 'n' standing for NULL. Free text (an
+# error) stays a real text[] parameter.
+
+
+def id_list(values: Iterable[str]) -> str:
+    """Identifiers as one parameter for `string_to_array($n, ',')`."""
+    return ",".join(values)
+
+
+def num_list(values: Sequence[int | None]) -> str:
+    """Integers (None: NULL) as one parameter for `string_to_array($n, ',', 'n')::bigint[]`."""
+    if None in values:
+        return ",".join(["n" if v is None else str(v) for v in values])
+    return ",".join(map(str, values))
+
+
+def flag_list(values: Iterable[bool]) -> str:
+    """Booleans as one parameter for `string_to_array($n, ',')::boolean[]`."""
+    return ",".join(["t" if v else "f" for v in values])
 
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import asyncpg
 
-from tickwheel.db import DB_ERRORS, is_data_error
+from tickwheel.db import DB_ERRORS, id_list, is_data_error, num_list
 from tickwheel.domain import RunStatus
 from tickwheel.envelopes import loads_exact
 from tickwheel.queries import QUERIES
@@ -141,13 +141,13 @@ class RunStore:
             return {}
         rows = await self.pool.fetch(
             QUERIES["worker_claim"],
-            keys.tenants,
-            keys.job_ids,
-            keys.scheduled_ms,
-            keys.attempts,
+            id_list(keys.tenants),
+            id_list(keys.job_ids),
+            num_list(keys.scheduled_ms),
+            num_list(keys.attempts),
             self.worker_id,
             self.lease_ms,
-            keys.published_ms,
+            num_list(keys.published_ms),
             CLAIMABLE,
         )
         new = tuple.__new__
@@ -198,10 +198,10 @@ class RunStore:
             return 0
         status: str = await self.pool.execute(
             QUERIES["worker_heartbeat"],
-            keys.tenants,
-            keys.job_ids,
-            keys.scheduled_ms,
-            keys.attempts,
+            id_list(keys.tenants),
+            id_list(keys.job_ids),
+            num_list(keys.scheduled_ms),
+            num_list(keys.attempts),
             self.worker_id,
             self.lease_ms,
             RUNNING,
@@ -215,13 +215,14 @@ class RunStore:
         keys = results.keys
         rows = await self.pool.fetch(
             QUERIES["worker_results"],
-            keys.tenants,
-            keys.job_ids,
-            keys.scheduled_ms,
-            keys.attempts,
-            results.statuses,
-            results.retry_in_ms,
-            results.errors,
+            id_list(keys.tenants),
+            id_list(keys.job_ids),
+            num_list(keys.scheduled_ms),
+            num_list(keys.attempts),
+            id_list(results.statuses),
+            num_list(results.retry_in_ms),
+            # Free text, so a real array; a batch of successes has no error at all.
+            results.errors if any(results.errors) else None,
             RUNNING,
         )
         return {(r[0], r[1], r[2]) for r in rows}

@@ -131,9 +131,15 @@ GROUP BY r.tenant, r.job_id
 --   $1 shard  $2 epoch  $3 publish lease ms
 --   jobs: $4 tenant  $5 job_id  $6 expected ms  $7 next ms (NULL: none)  $8 complete
 --   runs: $9 tenant  $10 job_id  $11 scheduled ms  $12 status  $13 skip_reason  $14 leased
+--   (each a batch: identifiers, numbers and flags as one comma-joined text, split here, 'n'
+--   for NULL — asyncpg would encode arrays element by element, tickwheel/db.py; the skip
+--   reasons, free text, as a text[], NULL when the batch skips nothing)
 WITH due AS (
     SELECT j.tenant, j.job_id, c.next_ms, c.complete
-    FROM unnest($4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::boolean[])
+    FROM unnest(string_to_array($4::text, ','), string_to_array($5::text, ','),
+                string_to_array($6::text, ',')::bigint[],
+                string_to_array($7::text, ',', 'n')::bigint[],
+                string_to_array($8::text, ',')::boolean[])
          AS c(tenant, job_id, expected_ms, next_ms, complete)
     JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
     WHERE j.shard_id = $1 AND j.status = 'active'
@@ -156,7 +162,9 @@ WITH due AS (
            CASE WHEN r.leased THEN now() + $3::bigint * interval '1 millisecond' END,
            c.max_attempts, 'schedule', r.skip_reason,
            CASE WHEN r.status = 'skipped' THEN now() END, c.overlap_policy <> 'allow'
-    FROM unnest($9::text[], $10::text[], $11::bigint[], $12::text[], $13::text[], $14::boolean[])
+    FROM unnest(string_to_array($9::text, ','), string_to_array($10::text, ','),
+                string_to_array($11::text, ',')::bigint[], string_to_array($12::text, ','),
+                $13::text[], string_to_array($14::text, ',')::boolean[])
          AS r(tenant, job_id, ms, status, skip_reason, leased)
     JOIN claimed c ON c.tenant = r.tenant AND c.job_id = r.job_id
     ON CONFLICT DO NOTHING

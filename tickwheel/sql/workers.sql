@@ -2,6 +2,9 @@
 -- cross this boundary as integer milliseconds since the epoch, converted exactly with interval
 -- arithmetic. Every write is fenced by the attempt the worker claimed (I4).
 --
+-- A batch's identifiers and numbers arrive as one text each, split here with string_to_array
+-- ('n' is NULL; tickwheel/db.py says why); free text (errors) as a text[].
+--
 -- The statuses a statement matches arrive as a parameter ($8 of worker_claim, and so on), not
 -- as literals. With literals the planner may read every run in flight through a partial index
 -- whose predicate they imply (job_runs_lease, job_runs_in_flight) and compare each with the
@@ -22,13 +25,16 @@
 -- cannot make a worker run content of its own (docs/DECISIONS.md). `timeout_ms` NULL (it is
 -- NOT NULL in jobs): the job's row is gone.
 -- $1 tenants, $2 job ids, $3 scheduled_at ms, $4 attempts, $5 worker id, $6 lease ms,
--- $7 published ms (NULL: the record carried no timestamp), $8 the claimable statuses
+-- $7 published ms (NULL: the record carried no timestamp), $8 the claimable statuses.
+-- The columns come out in the order of workers/store.py `Claim`.
 WITH wanted AS (
     SELECT w.tenant, w.job_id,
            'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond' AS scheduled_at,
            w.attempt,
            'epoch'::timestamptz + w.published_ms * interval '1 millisecond' AS published_at
-    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[], $7::bigint[])
+    FROM unnest(string_to_array($1::text, ','), string_to_array($2::text, ','),
+                string_to_array($3::text, ',')::bigint[], string_to_array($4::text, ',')::integer[],
+                string_to_array($7::text, ',', 'n')::bigint[])
          AS w(tenant, job_id, scheduled_ms, attempt, published_ms)
 ), claimed AS (
     UPDATE job_runs r
@@ -70,7 +76,8 @@ JOIN job_runs r
 -- $7 'running'
 UPDATE job_runs r
 SET lease_until = now() + $6::bigint * interval '1 millisecond'
-FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[])
+FROM unnest(string_to_array($1::text, ','), string_to_array($2::text, ','),
+            string_to_array($3::text, ',')::bigint[], string_to_array($4::text, ',')::integer[])
      AS w(tenant, job_id, scheduled_ms, attempt)
 WHERE r.tenant = w.tenant AND r.job_id = w.job_id
   AND r.scheduled_at = 'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond'
@@ -89,7 +96,9 @@ SET status = w.status,
     -- A success keeps the error of an earlier attempt: it tells that the run needed retries.
     last_error = CASE WHEN w.status = 'succeeded' THEN r.last_error ELSE w.error END,
     lease_until = NULL
-FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[], $5::text[], $6::bigint[],
+FROM unnest(string_to_array($1::text, ','), string_to_array($2::text, ','),
+            string_to_array($3::text, ',')::bigint[], string_to_array($4::text, ',')::integer[],
+            string_to_array($5::text, ','), string_to_array($6::text, ',', 'n')::bigint[],
             $7::text[])
      AS w(tenant, job_id, scheduled_ms, attempt, status, delay_ms, error)
 WHERE r.tenant = w.tenant AND r.job_id = w.job_id
