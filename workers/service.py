@@ -3,13 +3,17 @@
 Parts (each a named task under `tickwheel.runtime.Process`; one that dies stops the process
 with exit 1):
 
-    fetch      polls the three run topics without pause (so a long handler never pushes the
-               consumer past max.poll.interval.ms), decodes envelopes into one local queue per
-               priority, and pauses a priority's partitions while its queue is full
-    dispatch   picks deliveries by weighted priority (workers/priorities.py) and per-tenant
-               caps for the free execution slots, claims them in one UPDATE, starts the claimed
-    record     writes finished attempts in batches and stores offsets (the steps below)
-    heartbeat  every lease/3, extends the lease of every run this worker holds
+    fetch      (workers/fetch.py) polls the three run topics without pause (so a long handler
+               never pushes the consumer past max.poll.interval.ms), decodes envelopes into one
+               local queue per priority, and pauses a priority's partitions while its queue is
+               full
+    dispatch   (here) picks deliveries by weighted priority and per-tenant caps for the free
+               execution slots (workers/deliveries.py), claims them in one UPDATE, starts the
+               claimed (workers/execution.py: an async handler that finishes without waiting is
+               done before the next pick)
+    record     (workers/record.py) writes finished attempts in batches and stores offsets (the
+               steps below)
+    heartbeat  (here) every lease/3, extends the lease of every run this worker holds
 
 A delivery's path, and why a crash at any step loses nothing (I4, I5, I7):
 
@@ -59,7 +63,6 @@ import asyncio
 import logging
 import os
 import socket
-import time
 import uuid
 from collections import Counter
 from collections.abc import Coroutine, Sequence
@@ -68,29 +71,19 @@ from typing import Any
 
 import asyncpg
 from confluent_kafka import (
-    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
-    KafkaException,
-    Message,
     Producer,
-    TopicPartition,
 )
 
 from tickwheel.clock import now_ms
 from tickwheel.config import Settings
-from tickwheel.crash_points import crash_point
 from tickwheel.db import DB_ERRORS
 from tickwheel.deployment import worker_group
-from tickwheel.domain import INSTANT_MAX_MS, INSTANT_MIN_MS, PRIORITIES, RunStatus
-from tickwheel.envelopes import DeadLetter, EnvelopeError, RunEnvelope, UnreadableRun, cut_text
+from tickwheel.domain import RunStatus
+from tickwheel.envelopes import RunEnvelope, UnreadableRun, cut_text
 from tickwheel.kafka import (
     PRODUCER_MESSAGE_MAX_BYTES,
-    BatchConsumer,
     ContiguousOffsets,
-    Outgoing,
-    PublishError,
-    publish_reports,
-    value_room,
 )
 from tickwheel.metrics import observe_many
 from tickwheel.runtime import Process
@@ -98,28 +91,23 @@ from tickwheel.topics import Topics
 from tickwheel.workers import handlers
 from tickwheel.workers.deliveries import Delivery, Queues, Unreadable
 from tickwheel.workers.execution import Execution, Outcome
+from tickwheel.workers.fetch import Fetcher
 from tickwheel.workers.handlers import Context
 from tickwheel.workers.metrics import PartsCollector, WorkerMetrics
 from tickwheel.workers.priorities import WeightedPicker
+from tickwheel.workers.record import Recorder
 from tickwheel.workers.retry import decide
-from tickwheel.workers.store import Claim, JobContent, Keys, Results, RunId, RunStore
+from tickwheel.workers.store import Claim, JobContent, Keys, RunId, RunStore
 from tickwheel.workers.targets import HttpTargets, TargetPolicy
 
 log = logging.getLogger("tickwheel.worker")
 
-FETCH_POLL_S = 0.05  # seconds one fetch waits for messages
 IDLE_WAIT_S = 0.5  # seconds the dispatcher sleeps when it has nothing to start (or a wake-up)
-LAG_EVERY_S = 1.0  # seconds between per-partition lag reports (cached watermarks: cheap)
-# What a failed result write raises: the database, or the broker refusing a dead letter.
-RECORD_ERRORS: tuple[type[BaseException], ...] = (*DB_ERRORS, PublishError)
-DB_RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0)  # then the process dies (I9)
-RECORD_LINGER_S = 0.005  # after a first result, gather others finishing this long
+# A claim that fails for want of the database waits this long before the next try (the
+# deliveries wait in their queue meanwhile), growing while it keeps failing.
+DB_RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0)
 WORKER_ASSIGNOR = "range"  # see make_worker
 SUCCEEDED = RunStatus.SUCCEEDED.value
-
-# A finished attempt on its way to the result write: the delivery, the claim, the status,
-# the retry delay (retrying) and the error.
-Finished = tuple[Delivery, Claim, str, "int | None", "str | None"]
 
 
 def default_worker_id() -> str:
@@ -143,7 +131,6 @@ class Worker:
         self.concurrency = concurrency or settings.worker_concurrency
         self.metrics = metrics or WorkerMetrics()
         self.topics = Topics(settings.topic_prefix)
-        self.level_of = {self.topics.runs(p): p for p in PRIORITIES}
         self.store = RunStore(pool, worker_id, settings.lease_s * 1000)
         self.producer = producer
         self.offsets = ContiguousOffsets()
@@ -167,39 +154,39 @@ class Worker:
         self.executing = 0
         self.tenant_load: Counter[str] = Counter()  # kept only under a tenant cap
         self._capped = settings.worker_tenant_concurrency > 0
-        # Finished attempts and unreadable deliveries waiting for `record`, in arrival order.
-        self._finished: list[Finished] = []
-        self._unreadable: list[Unreadable] = []
-        self._durations: list[float] = []  # handler seconds of the finished attempts
-        self._to_record = asyncio.Event()
         self.wake = asyncio.Event()
         self.executions_done = asyncio.Event()
-        self.recorded = asyncio.Event()
-        self.paused: set[str] = set()
-        self._assignment_changed = False
-        self._revoked = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._lag_labels: set[tuple[str, str]] = set()
         self._claim_failures = 0  # claims failed in a row (the database unavailable)
         self.metrics.in_flight.set_function(lambda: self.executing)
-        self.source = BatchConsumer(
+        self.fetcher = Fetcher(
             consumer,
-            list(self.level_of),
-            settings.worker_batch,
-            # librdkafka's consume waits for a full batch or the timeout: a short timeout and
-            # no linger hand over what arrived at once, so a fast worker's queues never wait
-            # half a second for the next fetch while it has slots free.
-            poll_timeout_s=FETCH_POLL_S,
-            linger_s=0.0,
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            name="worker",
+            self.topics,
+            batch_size=settings.worker_batch,
+            queue_cap=settings.worker_queue_per_priority,
+            offsets=self.offsets,
+            queues=self.queues,
+            metrics=self.metrics,
+            dead_letter=self._dead_letter,
         )
+        self.source = self.fetcher.source
+        self.recorder = Recorder(
+            store=self.store,
+            producer=producer,
+            source=self.source,
+            offsets=self.offsets,
+            topics=self.topics,
+            metrics=self.metrics,
+            leased=self.leased,
+            worker_id=worker_id,
+            batch_size=settings.worker_batch,
+        )
+        self.recorded = self.recorder.done
 
     def start(self, process: Process) -> None:
-        process.spawn("fetch", self.fetch(process.stop))
+        process.spawn("fetch", self.fetcher.run(process.stop, self.wake))
         process.spawn("dispatch", self.dispatch(process.stop))
-        process.spawn("record", self.record())
+        process.spawn("record", self.recorder.run(self.executions_done))
         process.spawn("heartbeat", self.heartbeat())
         process.on_close(self.close)
 
@@ -212,127 +199,12 @@ class Worker:
             self._threads.shutdown(wait=False, cancel_futures=True)
             await asyncio.get_running_loop().run_in_executor(None, self.producer.flush, 10)
 
-    # --- fetch --------------------------------------------------------------------------------
-
-    async def fetch(self, stop: asyncio.Event) -> None:
-        lag_due = time.monotonic()
-        while not stop.is_set():
-            messages = await self.source.batch()
-            if messages:
-                self._receive(messages)
-            if self._revoked:
-                self._revoked = False
-                self.queues.drop_revoked()
-            await self._apply_pauses()
-            if messages:
-                self.wake.set()
-            if time.monotonic() >= lag_due:
-                lag_due = time.monotonic() + LAG_EVERY_S
-                await self.source.call(self._report_lag)
-
-    def _receive(self, messages: Sequence[Message]) -> None:
-        """Step 1 for a fetched batch: track every offset, queue each envelope by its level;
-        a message that is no valid envelope goes to the DLQ (never executed)."""
-        placed = []
-        by_tp: dict[tuple[str, int], list[int]] = {}
-        for msg in messages:
-            tp = (msg.topic() or "", msg.partition() or 0)
-            offset = msg.offset() or 0
-            by_tp.setdefault(tp, []).append(offset)
-            placed.append((msg, tp, offset))
-        generations = {tp: self.offsets.track_many(tp, offs) for tp, offs in by_tp.items()}
-        level_of, queues, decode = self.level_of, self.queues, RunEnvelope.decode
-        for msg, tp, offset in placed:
-            generation = generations[tp]
-            raw = msg.value() or b""
-            try:
-                env = decode(raw)
-            except EnvelopeError as exc:
-                reason = str(exc)
-            except Exception as exc:  # unforeseen: this message only, never the loop
-                log.exception("decoding a run envelope raised %s", type(exc).__name__)
-                reason = f"could not be decoded: {exc!r}"
-            else:
-                kind, stamp = msg.timestamp()
-                level = level_of[tp[0]]
-                # A producer sets the timestamp it likes: one that is no instant a run can
-                # hold is not recorded (it would fail the batch's claim).
-                published = (
-                    stamp
-                    if kind != TIMESTAMP_NOT_AVAILABLE and INSTANT_MIN_MS < stamp < INSTANT_MAX_MS
-                    else None
-                )
-                queues[level].append(Delivery(tp, offset, generation, level, env, published, raw))
-                continue
-            log.warning("unreadable run message %s[%d]@%d: %s", *tp, offset, reason)
-            self._dead_letter(tp, offset, generation, raw, reason)
-
     def _dead_letter(
         self, tp: tuple[str, int], offset: int, generation: int, raw: bytes, reason: str
     ) -> None:
         """A message never to execute goes to the DLQ as unreadable, with its bytes (step 5)."""
         record = UnreadableRun(reason, tp[0], tp[1], offset, raw, self.worker_id, now_ms())
-        self._unreadable.append(Unreadable(tp, offset, generation, record))
-        self._to_record.set()
-
-    async def _apply_pauses(self) -> None:
-        cap = self.settings.worker_queue_per_priority
-        changed = self._assignment_changed
-        self._assignment_changed = False
-        for level in PRIORITIES:
-            size = self.queues.size(level)
-            if level not in self.paused and size >= cap:
-                self.paused.add(level)
-                await self.source.call(self._pause_level, level, True)
-            elif level in self.paused and size <= cap // 2:
-                self.paused.discard(level)
-                await self.source.call(self._pause_level, level, False)
-            elif level in self.paused and changed:  # newly assigned partitions start unpaused
-                await self.source.call(self._pause_level, level, True)
-
-    # On the consumer's I/O thread ---------------------------------------------------------
-
-    def _pause_level(self, level: str, pause: bool) -> None:
-        topic = self.topics.runs(level)
-        parts = [tp for tp in self.source.consumer.assignment() if tp.topic == topic]
-        if parts:
-            (self.source.consumer.pause if pause else self.source.consumer.resume)(parts)
-
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self.offsets.assign((tp.topic, tp.partition))
-        self._assignment_changed = True
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Commit each revoked partition's done position now: its next owner starts there."""
-        final = []
-        for tp in partitions:
-            position = self.offsets.revoke((tp.topic, tp.partition))
-            if position is not None:
-                final.append(TopicPartition(tp.topic, tp.partition, position))
-        self._revoked = True
-        if final:
-            try:
-                consumer.commit(offsets=final, asynchronous=False)
-            except KafkaException as exc:  # lost rather than revoked: the new owner redelivers
-                log.warning("commit on revocation failed: %s", exc)
-
-    def _report_lag(self) -> None:
-        seen: set[tuple[str, str]] = set()
-        for tp in self.source.consumer.assignment():
-            position = self.offsets.position((tp.topic, tp.partition))
-            try:
-                _low, high = self.source.consumer.get_watermark_offsets(tp, cached=True)
-            except KafkaException:
-                continue
-            if position is None or high < 0:
-                continue
-            labels = (tp.topic, str(tp.partition))
-            self.metrics.lag.labels(*labels).set(max(0, high - position))
-            seen.add(labels)
-        for labels in self._lag_labels - seen:
-            self.metrics.lag.remove(*labels)
-        self._lag_labels = seen
+        self.recorder.add_unreadable(Unreadable(tp, offset, generation, record))
 
     # --- dispatch -----------------------------------------------------------------------------
 
@@ -446,7 +318,7 @@ class Worker:
     def _finish(self, d: Delivery, claim: Claim, outcome: Outcome) -> None:
         """Step 4: what the attempt becomes, queued for `record`."""
         if outcome.error is None:
-            self._finished.append((d, claim, SUCCEEDED, None, None))
+            self.recorder.add_finished((d, claim, SUCCEEDED, None, None), outcome.seconds)
         else:
             decision = decide(
                 # An exception's message can be as large as the handler likes: the row and
@@ -458,11 +330,10 @@ class Worker:
                 base_ms=claim.backoff_base_ms,
                 cap_ms=claim.backoff_cap_ms,
             )
-            self._finished.append(
-                (d, claim, decision.status.value, decision.retry_in_ms, decision.error)
+            self.recorder.add_finished(
+                (d, claim, decision.status.value, decision.retry_in_ms, decision.error),
+                outcome.seconds,
             )
-        self._durations.append(outcome.seconds)
-        self._to_record.set()
 
     async def _skip(self, unclaimed: Sequence[Delivery]) -> None:
         """Deliveries that claimed nothing are done at once; say why in the metrics."""
@@ -518,121 +389,6 @@ class Worker:
         if late:
             log.warning("%d runs did not finish within the grace; left to their lease", len(late))
             await asyncio.wait(late)
-
-    # --- record -------------------------------------------------------------------------------
-
-    async def record(self) -> None:
-        failures = 0
-        finished: list[Finished] = []
-        unreadable: list[Unreadable] = []
-        while True:
-            if not finished and not unreadable:
-                if self.executions_done.is_set() and not self._finished and not self._unreadable:
-                    break
-                if not self._finished and not self._unreadable:
-                    self._to_record.clear()
-                    try:
-                        await asyncio.wait_for(self._to_record.wait(), IDLE_WAIT_S)
-                    except TimeoutError:
-                        continue
-                    await asyncio.sleep(RECORD_LINGER_S)
-                finished, unreadable = self._take_batch()
-            try:
-                await self._settle(finished, unreadable)
-            except RECORD_ERRORS:
-                if failures >= len(DB_RETRY_BACKOFF_S):
-                    raise
-                log.exception(
-                    "recording %d results failed; retrying", len(finished) + len(unreadable)
-                )
-                await asyncio.sleep(DB_RETRY_BACKOFF_S[failures])
-                failures += 1
-                continue
-            failures = 0
-            finished, unreadable = [], []
-        self.recorded.set()
-
-    def _take_batch(self) -> tuple[list[Finished], list[Unreadable]]:
-        """Up to `worker_batch` of what waits for `record`, oldest first; and their durations
-        go to the metrics."""
-        size = self.settings.worker_batch
-        finished, self._finished = self._finished[:size], self._finished[size:]
-        unreadable, self._unreadable = self._unreadable[:size], self._unreadable[size:]
-        durations, self._durations = self._durations, []
-        if durations:
-            observe_many(self.metrics.handler_seconds, durations)
-        return finished, unreadable
-
-    async def _settle(self, finished: list[Finished], unreadable: list[Unreadable]) -> None:
-        """Steps 5 to 7 of the module docstring, for a batch."""
-        dead = [f for f in finished if f[2] == RunStatus.DEAD]
-        letters: list[Finished | Unreadable] = [*dead, *unreadable]
-        if letters:
-            loop = asyncio.get_running_loop()
-            failed = await loop.run_in_executor(
-                None, publish_reports, self.producer, letters, self._letter
-            )
-            if failed:
-                raise PublishError(failed)
-            self.metrics.dlq.labels("dead").inc(len(dead))
-            self.metrics.dlq.labels("unreadable").inc(len(unreadable))
-        crash_point("worker_after_dlq")
-        results = Results()
-        for d, claim, status, retry_in_ms, error in finished:
-            results.add(d.run, claim.attempt, status, retry_in_ms, error)
-        written = await self.store.write_results(results)
-        crash_point("worker_after_results")
-        outcomes: Counter[str] = Counter()
-        done = []
-        leased = self.leased
-        for d, claim, status, _, error in finished:
-            run = d.run
-            if run in written:
-                outcomes[status] += 1
-                if status == RunStatus.DEAD:  # rare, and on the DLQ: one line per dead run
-                    log.warning(
-                        "run dead after %d attempts",
-                        claim.attempt,
-                        extra={"run_key": d.env.run_key, "error": error},
-                    )
-            else:
-                outcomes["fenced"] += 1
-                log.warning(
-                    "result of %s fenced out (lease lost)",
-                    d.env.run_key,
-                    extra={"run_key": d.env.run_key},
-                )
-            if leased.get(run) == claim.attempt:
-                del leased[run]
-            done.append((d.tp, d.offset, d.generation))
-        for outcome, count in outcomes.items():
-            self.metrics.executions.labels(outcome).inc(count)
-        done.extend((u.tp, u.offset, u.generation) for u in unreadable)
-        self.offsets.done_many(done)
-        await self.source.store_positions(self.offsets.advanced())
-
-    def _letter(self, item: Finished | Unreadable, max_bytes: int) -> Outgoing:
-        """The DLQ message of a dead run or an unreadable delivery, fitted to `max_bytes`."""
-        if isinstance(item, Unreadable):
-            return Outgoing(
-                self.topics.dlq, value=item.record.fitted(value_room(max_bytes, None)).encode()
-            )
-        d, claim, _, _, error = item
-        env = d.env
-        headers = env.headers()
-        letter = DeadLetter(
-            run=env,
-            error=error or "",
-            attempts=claim.attempt,
-            dead_at=now_ms(),
-            worker=self.worker_id,
-        )
-        return Outgoing(
-            self.topics.dlq,
-            key=env.job_id,
-            value=letter.fitted(value_room(max_bytes, env.job_id, headers)).encode(),
-            headers=list(headers),
-        )
 
     # --- heartbeat ----------------------------------------------------------------------------
 

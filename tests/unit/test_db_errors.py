@@ -8,7 +8,7 @@ import pytest
 from tickwheel import db
 from tickwheel.registry_api import intake, store
 from tickwheel.shards import store as shard_store
-from tickwheel.workers import service
+from tickwheel.workers import record
 
 pytestmark = pytest.mark.unit
 
@@ -19,6 +19,6 @@ def test_a_connection_cut_mid_protocol_is_transient_everywhere() -> None:
     cut = asyncpg.InternalClientError("cannot switch to state 12; another operation is in progress")
     assert isinstance(cut, db.DB_ERRORS)
     assert shard_store.DB_ERRORS is db.DB_ERRORS
-    assert isinstance(cut, service.RECORD_ERRORS)
+    assert isinstance(cut, record.RECORD_ERRORS)
     assert intake.retryable(cut)
     assert isinstance(cut, store.DB_UNAVAILABLE)

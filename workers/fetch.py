@@ -1,0 +1,195 @@
+"""The worker's `fetch` part: the run topics' consumer, and what becomes of each message.
+
+It polls the three run topics without pause (so a long handler never pushes the consumer past
+max.poll.interval.ms) and, per fetched batch (step 1 of `workers/service.py`): tracks every
+offset as outstanding (`ContiguousOffsets`, nothing stored yet), decodes each envelope into the
+local queue of its priority level, and hands a message that is no valid envelope to the DLQ
+(never executed). A level's partitions are paused while its queue holds
+`worker_queue_per_priority` deliveries, resumed at half of it.
+
+The consumer's rebalance callbacks run on its I/O thread: an assignment starts a partition's
+generation; a revocation commits the partition's done position at once (its next owner starts
+there) and drops the deliveries of the partition still queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from tickwheel.domain import INSTANT_MAX_MS, INSTANT_MIN_MS, PRIORITIES
+from tickwheel.envelopes import EnvelopeError, RunEnvelope
+from tickwheel.kafka import BatchConsumer, ContiguousOffsets
+from tickwheel.topics import Topics
+from tickwheel.workers.deliveries import Delivery, Queues
+from tickwheel.workers.metrics import WorkerMetrics
+
+log = logging.getLogger("tickwheel.worker")
+
+FETCH_POLL_S = 0.05  # seconds one fetch waits for messages
+LAG_EVERY_S = 1.0  # seconds between per-partition lag reports (cached watermarks: cheap)
+
+# (partition, offset, generation, the message's bytes, why): a message for the DLQ.
+DeadLetterFn = Callable[[tuple[str, int], int, int, bytes, str], None]
+
+
+class Fetcher:
+    def __init__(
+        self,
+        consumer: Consumer,
+        topics: Topics,
+        *,
+        batch_size: int,
+        queue_cap: int,
+        offsets: ContiguousOffsets,
+        queues: Queues,
+        metrics: WorkerMetrics,
+        dead_letter: DeadLetterFn,
+    ) -> None:
+        self.topics = topics
+        self.level_of = {topics.runs(p): p for p in PRIORITIES}
+        self.queue_cap = queue_cap
+        self.offsets = offsets
+        self.queues = queues
+        self.metrics = metrics
+        self.dead_letter = dead_letter
+        self.paused: set[str] = set()
+        self._assignment_changed = False
+        self._revoked = False
+        self._lag_labels: set[tuple[str, str]] = set()
+        self.source = BatchConsumer(
+            consumer,
+            list(self.level_of),
+            batch_size,
+            # librdkafka's consume waits for a full batch or the timeout: a short timeout and
+            # no linger hand over what arrived at once, so a fast worker's queues never wait
+            # half a second for the next fetch while it has slots free.
+            poll_timeout_s=FETCH_POLL_S,
+            linger_s=0.0,
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            name="worker",
+        )
+
+    async def run(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
+        """Poll until `stop`; `wake` is set whenever deliveries were queued."""
+        lag_due = time.monotonic()
+        while not stop.is_set():
+            messages = await self.source.batch()
+            if messages:
+                self._receive(messages)
+            if self._revoked:
+                self._revoked = False
+                self.queues.drop_revoked()
+            await self._apply_pauses()
+            if messages:
+                wake.set()
+            if time.monotonic() >= lag_due:
+                lag_due = time.monotonic() + LAG_EVERY_S
+                await self.source.call(self._report_lag)
+
+    def _receive(self, messages: Sequence[Message]) -> None:
+        """Step 1 for a fetched batch: track every offset, queue each envelope by its level;
+        a message that is no valid envelope goes to the DLQ (never executed)."""
+        placed = []
+        by_tp: dict[tuple[str, int], list[int]] = {}
+        for msg in messages:
+            tp = (msg.topic() or "", msg.partition() or 0)
+            offset = msg.offset() or 0
+            by_tp.setdefault(tp, []).append(offset)
+            placed.append((msg, tp, offset))
+        generations = {tp: self.offsets.track_many(tp, offs) for tp, offs in by_tp.items()}
+        level_of, queues, decode = self.level_of, self.queues, RunEnvelope.decode
+        for msg, tp, offset in placed:
+            generation = generations[tp]
+            raw = msg.value() or b""
+            try:
+                env = decode(raw)
+            except EnvelopeError as exc:
+                reason = str(exc)
+            except Exception as exc:  # unforeseen: this message only, never the loop
+                log.exception("decoding a run envelope raised %s", type(exc).__name__)
+                reason = f"could not be decoded: {exc!r}"
+            else:
+                kind, stamp = msg.timestamp()
+                level = level_of[tp[0]]
+                # A producer sets the timestamp it likes: one that is no instant a run can
+                # hold is not recorded (it would fail the batch's claim).
+                published = (
+                    stamp
+                    if kind != TIMESTAMP_NOT_AVAILABLE and INSTANT_MIN_MS < stamp < INSTANT_MAX_MS
+                    else None
+                )
+                queues[level].append(Delivery(tp, offset, generation, level, env, published, raw))
+                continue
+            log.warning("unreadable run message %s[%d]@%d: %s", *tp, offset, reason)
+            self.dead_letter(tp, offset, generation, raw, reason)
+
+    async def _apply_pauses(self) -> None:
+        cap = self.queue_cap
+        changed = self._assignment_changed
+        self._assignment_changed = False
+        for level in PRIORITIES:
+            size = self.queues.size(level)
+            if level not in self.paused and size >= cap:
+                self.paused.add(level)
+                await self.source.call(self._pause_level, level, True)
+            elif level in self.paused and size <= cap // 2:
+                self.paused.discard(level)
+                await self.source.call(self._pause_level, level, False)
+            elif level in self.paused and changed:  # newly assigned partitions start unpaused
+                await self.source.call(self._pause_level, level, True)
+
+    # On the consumer's I/O thread ---------------------------------------------------------
+
+    def _pause_level(self, level: str, pause: bool) -> None:
+        topic = self.topics.runs(level)
+        parts = [tp for tp in self.source.consumer.assignment() if tp.topic == topic]
+        if parts:
+            (self.source.consumer.pause if pause else self.source.consumer.resume)(parts)
+
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.offsets.assign((tp.topic, tp.partition))
+        self._assignment_changed = True
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Commit each revoked partition's done position now: its next owner starts there."""
+        final = []
+        for tp in partitions:
+            position = self.offsets.revoke((tp.topic, tp.partition))
+            if position is not None:
+                final.append(TopicPartition(tp.topic, tp.partition, position))
+        self._revoked = True
+        if final:
+            try:
+                consumer.commit(offsets=final, asynchronous=False)
+            except KafkaException as exc:  # lost rather than revoked: the new owner redelivers
+                log.warning("commit on revocation failed: %s", exc)
+
+    def _report_lag(self) -> None:
+        seen: set[tuple[str, str]] = set()
+        for tp in self.source.consumer.assignment():
+            position = self.offsets.position((tp.topic, tp.partition))
+            try:
+                _low, high = self.source.consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                continue
+            if position is None or high < 0:
+                continue
+            labels = (tp.topic, str(tp.partition))
+            self.metrics.lag.labels(*labels).set(max(0, high - position))
+            seen.add(labels)
+        for labels in self._lag_labels - seen:
+            self.metrics.lag.remove(*labels)
+        self._lag_labels = seen
