@@ -126,6 +126,47 @@ async def test_payload_nesting_limit_is_exact_over_http(
     assert list(refused) == ["payload" + ".0" * JSON_MAX_DEPTH]
 
 
+ENDLESS = "9" * 4301  # one digit past the interpreter's limit on integer conversion
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        (
+            "POST",
+            "/v1/jobs",
+            '{"id": "n", "schedule": "* * * * *", "handler": "a.b", "payload": {"n": %s}}',
+            "payload.n",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            '{"id": "n", "schedule": "* * * * *", "max_attempts": %s}',
+            "max_attempts",
+        ),
+        ("PATCH", "/v1/jobs/known", '{"payload": [0, %s]}', "payload.1"),
+        ("POST", "/v1/jobs/known/backfill", '{"from": %s, "to": "2026-01-01T00:00:00Z"}', "from"),
+    ],
+    ids=["post-payload", "post-field", "patch", "backfill"],
+)
+async def test_an_integer_of_4301_digits_is_a_422_naming_its_field(
+    client: httpx.AsyncClient, method: str, path: str, body: str, field: str
+) -> None:
+    """issue 28 finding 5: 4,301 digits anywhere in a body answers 422 naming the field (a 500
+    with the interpreter's 'Exceeds the limit (4300 digits)' before), and changes nothing"""
+    known = await client.post("/v1/jobs", json=_job("known"))
+    assert known.status_code == 201, known.text
+    response = await client.request(
+        method, path, content=body % ENDLESS, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 422, response.text
+    problems = {item["field"]: item["message"] for item in response.json()["detail"]}
+    assert "4,301 digits" in problems[field], problems
+    stored = (await client.get("/v1/jobs")).json()["items"]
+    assert [job["id"] for job in stored] == ["known"]
+    assert stored[0]["payload"] == {}
+
+
 @pytest.mark.parametrize(
     ("document", "field", "words"),
     [
