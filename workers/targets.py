@@ -18,6 +18,13 @@ A job may name `"target": {"url", "method", "headers"}` instead of a handler. Fo
        timeouts and connection errors retryable; any other status permanent. A refused URL
        or address is permanent: retrying cannot make it allowed.
 
+A hop to another origin (scheme, host or port) than the job's URL carries none of the job's
+own headers (`target.headers`): they are where a job keeps its credentials (`Authorization`,
+an API key header, cookies), meant for the host it names. Browsers, curl, requests and httpx
+drop `Authorization` on such a redirect; we cannot tell which other header is a secret, so
+every one of them stays behind. The one exception is the upgrade of the same host from http
+to https on default ports (as httpx allows). `Idempotency-Key` is ours and always sent.
+
 The request carries `Idempotency-Key: <run key>`, so a downstream can drop the second
 delivery of an at-least-once run. The body is the job's payload as JSON.
 
@@ -84,6 +91,23 @@ def _port(parts: Any) -> int:
     return int(parts.port or (443 if parts.scheme == "https" else 80))
 
 
+def same_origin(first: str, hop: str) -> bool:
+    """Whether a redirect hop to `hop` may carry the headers meant for `first` (module
+    docstring): same scheme, host and port, or the same host upgraded from http to https on
+    the default ports."""
+    try:
+        a, b = urlsplit(first), urlsplit(hop)
+        ports = _port(a), _port(b)
+    except ValueError:
+        return False
+    scheme_a, scheme_b = a.scheme.lower(), b.scheme.lower()
+    if a.hostname != b.hostname:
+        return False
+    if (scheme_a, ports[0]) == (scheme_b, ports[1]):
+        return True
+    return (scheme_a, scheme_b, ports) == ("http", "https", (80, 443))
+
+
 def special_address(address: Address) -> bool:
     """Loopback, link-local, metadata and the like: never a target unless allowlisted."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
@@ -147,8 +171,10 @@ class HttpTargets:
         if not isinstance(extra, dict):
             raise PermanentError("target.headers must be an object of strings")
         body: bytes | None = orjson.dumps(payload)
+        origin = url
         for _hop in range(MAX_REDIRECTS + 1):
-            response = await self._send(url, method, extra, body, run_key)
+            headers = extra if same_origin(origin, url) else {}
+            response = await self._send(url, method, headers, body, run_key)
             status = response.status_code
             if status in REDIRECT_STATUSES and "location" in response.headers:
                 url = urljoin(url, response.headers["location"])

@@ -18,6 +18,7 @@ from tickwheel.workers.targets import (
     TargetPolicy,
     address_permitted,
     allowlist_entry,
+    same_origin,
     special_address,
 )
 
@@ -181,3 +182,74 @@ async def test_open_breaker_fails_fast_without_calling() -> None:
     with pytest.raises(RetryableTargetError, match="circuit open"):
         await targets.call(TARGET, {}, "acme/inv@1")
     assert len(seen) == 2
+
+
+SECRET_HEADERS = {"Authorization": "Bearer s3cret", "X-Api-Key": "k3y", "Accept": "text/plain"}
+
+
+@pytest.mark.parametrize(
+    ("location", "keeps"),
+    [
+        ("https://hooks.example.com/tw/next", True),
+        ("/tw/relative", True),
+        ("https://hooks.example.com:8443/tw", False),
+        ("https://other.example.com/tw", False),
+        ("http://hooks.example.com/tw", False),
+    ],
+    ids=["same-origin", "relative", "other-port", "other-host", "https-to-http"],
+)
+async def test_a_redirect_to_another_origin_carries_none_of_the_targets_headers(
+    location: str, keeps: bool
+) -> None:
+    """issue 28 finding 6: the job's headers (Authorization and any other) follow a redirect
+    only within the job URL's origin; a hop to another allowlisted host, port or scheme gets
+    none of them, the run key still"""
+    policy = TargetPolicy(
+        allowlist=(
+            "https://hooks.example.com/",
+            "https://hooks.example.com:8443/",
+            "https://other.example.com/",
+            "http://hooks.example.com/",
+        ),
+        rate_per_s=1000,
+        burst=100,
+        breaker_failures=5,
+        breaker_cooldown_s=60,
+    )
+    seen: list[httpx.Request] = []
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if len(seen) == 1:
+            return httpx.Response(307, headers={"location": location})
+        return httpx.Response(204)
+
+    async def resolve(host: str, _port: int) -> list[Address]:
+        return [
+            ipaddress.ip_address("93.184.216.34" if host.startswith("hooks") else "93.184.216.35")
+        ]
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(respond))
+    targets = HttpTargets(policy, client=client, resolve=resolve)
+    await targets.call({**TARGET, "headers": SECRET_HEADERS}, {}, "acme/inv@1")
+    first, hop = seen
+    assert first.headers["authorization"] == "Bearer s3cret"
+    for name, value in SECRET_HEADERS.items():
+        assert (hop.headers.get(name) == value) is keeps, (name, dict(hop.headers))
+    assert hop.headers["idempotency-key"] == "acme/inv@1"
+
+
+@pytest.mark.parametrize(
+    ("first", "hop", "same"),
+    [
+        ("https://a.example/x", "https://a.example:443/y", True),
+        ("http://a.example/x", "https://a.example/y", True),
+        ("http://a.example:8080/x", "https://a.example/y", False),
+        ("https://a.example/x", "http://a.example/y", False),
+        ("https://a.example/x", "https://A.EXAMPLE/y", True),
+        ("https://a.example/x", "https://b.example/y", False),
+    ],
+)
+def test_same_origin(first: str, hop: str, same: bool) -> None:
+    """an origin is scheme, host and port; http → https on the same host is an upgrade"""
+    assert same_origin(first, hop) is same
