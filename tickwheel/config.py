@@ -74,7 +74,8 @@ class Settings(BaseSettings):
         10_000,
         ge=1,
         le=1_000_000,
-        description="occurrences one backfill request may run at most (more: 422 with the count)",
+        description="occurrences one backfill request may run at most (more: 422 saying where "
+        "to split the range)",
     )
     backfill_rate_per_s: float = Field(
         100.0,

@@ -226,7 +226,7 @@ async def test_triggers_meet_the_jobs_overlap_policy_at_first_dispatch(sched: Sc
 
 
 async def test_refusals_name_the_field_or_the_reason(sched: SchedEnv) -> None:
-    """50,000 occurrences are refused with the count; a range into the future or before the
+    """50,000 occurrences are refused saying where to split; a range into the future or before the
     run history's retention, a bad instant and an unknown field are 422 naming the field;
     another tenant's job and a deleted job are 404; a completed one-off is 409"""
     await sched.register(
@@ -246,8 +246,8 @@ async def test_refusals_name_the_field_or_the_reason(sched: SchedEnv) -> None:
         )
         assert many.status_code == 422
         [problem] = many.json()["detail"]
-        assert problem["field"] == "to" and "holds 50,000 occurrences" in problem["message"]
-        assert "at most 10,000" in problem["message"]
+        assert problem["field"] == "to" and "more than 10,000 occurrences" in problem["message"]
+        assert f"lie before {format_ms(end - 40_000 * 30_000)}" in problem["message"]
 
         future = await client.post(
             "/v1/jobs/minutely/backfill",
