@@ -484,6 +484,31 @@ class RegistryStore:
         rows = await self.pool.fetch(QUERIES["api_keys_active_by_prefixes"], list(prefixes))
         return [SigningKey(bytes(r["key_hash"]), r["prefix"], r["tenant"]) for r in rows]
 
+    async def remember_message_ids(
+        self, topic: str, ids: Sequence[tuple[str, str, int, int, int]], keep_ms: int
+    ) -> dict[tuple[str, str], tuple[str, int, int]]:
+        """Remember signed registrations' message ids, given as (tenant, message id,
+        partition, offset, signed at ms), each (tenant, id) once, for `keep_ms` past their
+        signing; answers where each was first received: (topic, partition, offset)."""
+        rows = await self.pool.fetch(
+            QUERIES["registration_ids_remember"],
+            [i[0] for i in ids],
+            [i[1] for i in ids],
+            topic,
+            [i[2] for i in ids],
+            [i[3] for i in ids],
+            [i[4] for i in ids],
+            keep_ms,
+        )
+        return {
+            (r["tenant"], r["message_id"]): (
+                r["source_topic"],
+                r["source_partition"],
+                r["source_offset"],
+            )
+            for r in rows
+        }
+
     async def existing_tenants(self, names: Sequence[str]) -> set[str]:
         rows = await self.pool.fetch(QUERIES["tenants_existing"], list(set(names)))
         return {r["name"] for r in rows}

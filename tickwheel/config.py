@@ -70,6 +70,13 @@ class Settings(BaseSettings):
         description="reject registrations from Kafka that are not signed with an API key of "
         "their tenant (header tickwheel-signature)",
     )
+    intake_signature_window_s: int = Field(
+        86_400,
+        ge=60,
+        le=30 * 86_400,
+        description="how old a signed registration may be when the intake reads it, seconds "
+        "(older: rejected as expired; its message id is remembered this long to refuse replays)",
+    )
     backfill_max_runs: int = Field(
         10_000,
         ge=1,

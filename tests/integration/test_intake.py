@@ -343,8 +343,10 @@ async def test_a_batch_refused_by_the_database_rejects_only_the_culprit(
     ]
 
 
-def _signed_by(api_key: str, value: bytes) -> list[tuple[str, str | bytes | None]]:
-    name, header = sign(value, api_key)
+def _signed_by(
+    api_key: str, value: bytes, topic: str, **form: Any
+) -> list[tuple[str, str | bytes | None]]:
+    name, header = sign(value, api_key, topic=topic, **form)
     return [(name, header)]
 
 
@@ -372,16 +374,17 @@ async def test_signed_registrations_apply_only_under_an_active_key_of_their_tena
         "tampered": (_upsert(tenant, _job("tampered")), "tamper"),
         "malformed": (_upsert(tenant, _job("malformed")), "malformed"),
     }
-    produce(stack.kafka, topics.registrations, [("good", good)], _signed_by(key, good))
+    signed = topics.registrations
+    produce(stack.kafka, signed, [("good", good)], _signed_by(key, good, signed))
     for name, (value, signer) in cases.items():
         if signer is None:
             headers = None
         elif signer == "tamper":
-            headers = _signed_by(key, good)  # a real signature, of other bytes
+            headers = _signed_by(key, good, signed)  # a real signature, of other bytes
         elif signer == "malformed":
             headers = [(SIGNATURE_HEADER, b"tw_short:abc")]
         else:
-            headers = _signed_by(signer, value)
+            headers = _signed_by(signer, value, signed)
         produce(stack.kafka, topics.registrations, [(name, value)], headers)
     settings = _settings(stack, db_dsn, topics, intake_require_signature=True)
     await _run_intake_until(settings, store, 1 + len(cases))
@@ -413,7 +416,12 @@ async def test_unsigned_registrations_pass_when_signatures_are_not_required(
     plain = _upsert(tenant, _job("plain"))
     forged = _upsert(tenant, _job("forged"))
     produce(stack.kafka, topics.registrations, [("plain", plain)])
-    produce(stack.kafka, topics.registrations, [("forged", forged)], _signed_by(other_key, forged))
+    produce(
+        stack.kafka,
+        topics.registrations,
+        [("forged", forged)],
+        _signed_by(other_key, forged, topics.registrations),
+    )
     settings = _settings(stack, db_dsn, topics)
     await _run_intake_until(settings, store, 2)
     assert set(await _jobs(db_dsn, tenant)) == {"plain"}
