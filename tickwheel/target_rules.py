@@ -15,8 +15,9 @@ interpret differently from us may pass:
 - no credentials (`user:password@host`): they would be stored and echoed back, and a header
   is the place for a secret;
 - no dot segments, literal or encoded (`..`, `%2e%2e`, `.%2E`, `..;/`), no encoded slash or
-  backslash in the path (`..%2fadmin`), also after decoding twice (`%252e`): a server that
-  decodes them would walk out of the allowed prefix;
+  backslash in the path (`..%2fadmin`), however many times encoded (`%252e`, `%25252e`: each
+  segment is decoded until nothing changes, which takes at most one round per `%`): a server
+  or a chain of proxies that decodes them would walk out of the allowed prefix;
 - no fragment (never sent);
 - scheme and host compared case-insensitively, the default port dropped, an empty path made
   `/`; then the path must equal an entry's path or continue it at a segment boundary
@@ -64,7 +65,6 @@ _URL_CHARS = re.compile(r"[\x21-\x7e]+")  # visible ASCII: no controls, no space
 _HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
 _IPV6 = re.compile(r"[0-9a-f:.]+")
 _ENCODED_SEPARATOR = re.compile(r"%(2f|5c)", re.IGNORECASE)
-DECODE_ROUNDS = 3  # how many rounds of percent-decoding a path segment is checked after
 
 
 class TargetError(ValueError):
@@ -114,7 +114,9 @@ def _split(url: str, field: str) -> SplitResult:
 def _check_path(path: str, field: str) -> None:
     for segment in path.split("/"):
         decoded = segment
-        for _ in range(DECODE_ROUNDS):
+        # Each round that changes the text removes at least two characters, so this ends;
+        # a URL is at most 2,048 characters.
+        while True:
             if _ENCODED_SEPARATOR.search(decoded) or "\\" in decoded:
                 raise TargetError(
                     field, "must not contain an encoded '/' or '\\' in its path (%2F, %5C)"

@@ -195,3 +195,11 @@ def test_first_dispatch_applies_overlap_like_a_scheduled_occurrence() -> None:
     assert (of(plan.run, "skip"), of(plan.skip, "skip")) == ([1], [2, 3])
     assert (of(plan.run, "busy"), of(plan.skip, "busy")) == ([], [1, 2, 3])
     assert (of(plan.run, "buf"), of(plan.hold, "buf"), of(plan.skip, "buf")) == ([1], [2], [3])
+
+
+def test_a_nul_in_a_backfill_instant_is_refused_naming_the_field() -> None:
+    """issue 28 (low): 'from' with a NUL and text after it is refused (it was read up to the
+    NUL), over HTTP and Kafka alike (both read the window here)"""
+    with pytest.raises(JobValidationError) as refused:
+        backfill_window({"from": "2026-11-01T00:00:00Z\x00ignored", "to": "2026-11-02T00:00:00Z"})
+    assert [p.field for p in refused.value.problems] == ["from"]
