@@ -79,7 +79,11 @@ from tickwheel.registry_api.document import (
     parse_document,
     validate_job,
 )
-from tickwheel.registry_api.on_demand import TriggerRequest, backfill_window
+from tickwheel.registry_api.on_demand import (
+    TriggerRequest,
+    backfill_window,
+    checked_idempotency_key,
+)
 from tickwheel.registry_api.state import Op, Outcome
 from tickwheel.registry_api.store import Applied, NewJobsPlan, RegistryStore, SigningKey
 from tickwheel.runtime import PartState
@@ -620,7 +624,8 @@ class RegistrationIntake:
         if reg.op == RegistrationOp.TRIGGER:
             # Without an explicit key the message's position is the key: a redelivered
             # trigger finds the run its first delivery started (on_demand.py).
-            key = reg.idempotency_key or f"kafka:{source[0]}:{source[1]}"
+            given = checked_idempotency_key(reg.idempotency_key, "idempotency_key")
+            key = given or f"kafka:{source[0]}:{source[1]}"
             return Op(reg.op, reg.tenant, reg.id, source=source, request=TriggerRequest(key))
         if reg.op == RegistrationOp.BACKFILL:
             window = backfill_window({"from": reg.window_from, "to": reg.window_to})

@@ -35,6 +35,7 @@ the transaction reuses the count while the job is the version it was counted for
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,31 @@ class RunLimits:
     # The run history's retention (`tickwheel gc`): a backfill may not reach before it, since
     # the next gc would remove its runs, waiting or not.
     retention_days: int = 30
+
+
+# A trigger's idempotency key, however it comes (the HTTP `Idempotency-Key` header, a Kafka
+# trigger's `idempotency_key`, `tickwheel jobs trigger --idempotency-key`): 1 to 255 printable
+# ASCII characters. A control character would be stored and echoed in logs and answers (and
+# a NUL fails the statement); HTTP headers cannot carry more than Latin-1 anyway.
+IDEMPOTENCY_KEY_MAX_CHARS = 255
+_IDEMPOTENCY_KEY_FORM = re.compile(r"[\x20-\x7e]{1,255}")
+
+
+def checked_idempotency_key(key: str | None, field: str) -> str | None:
+    """`key` if it is an idempotency key (None: none given), else JobValidationError naming
+    `field` as the caller knows it."""
+    if key is None or _IDEMPOTENCY_KEY_FORM.fullmatch(key):
+        return key
+    raise JobValidationError(
+        [
+            FieldProblem(
+                field,
+                f"must be 1 to {IDEMPOTENCY_KEY_MAX_CHARS} printable ASCII characters "
+                f"(no control characters), not {len(key)} characters"
+                + ("" if key.isprintable() else " with a control character"),
+            )
+        ]
+    )
 
 
 @dataclass(frozen=True)

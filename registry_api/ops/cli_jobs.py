@@ -162,9 +162,15 @@ _TENANT_OPTION = click.option(
 @_JSON_OPTION
 def jobs_trigger(job: str, tenant: str | None, idempotency_key: str | None, as_json: bool) -> None:
     """Run JOB once now, outside its schedule (paused jobs too), through the scheduler."""
+    from tickwheel.registry_api.document import JobValidationError
+    from tickwheel.registry_api.on_demand import checked_idempotency_key
     from tickwheel.registry_api.ops.jobs import trigger_job
 
     tenant, job_id = resolve_job(job, tenant)
+    try:
+        checked_idempotency_key(idempotency_key, "--idempotency-key")
+    except JobValidationError as exc:
+        raise BadInput(str(exc)) from None
     result = _with_store(lambda store: trigger_job(store, tenant, job_id, idempotency_key))
     if as_json:
         emit_json(result)

@@ -203,3 +203,28 @@ def test_a_nul_in_a_backfill_instant_is_refused_naming_the_field() -> None:
     with pytest.raises(JobValidationError) as refused:
         backfill_window({"from": "2026-11-01T00:00:00Z\x00ignored", "to": "2026-11-02T00:00:00Z"})
     assert [p.field for p in refused.value.problems] == ["from"]
+
+
+@pytest.mark.parametrize(
+    ("key", "ok"),
+    [
+        ("fix-4711-retest", True),
+        ("k" * 255, True),
+        ("with space", True),
+        ("", False),
+        ("k" * 256, False),
+        ("nul\x00", False),
+        ("tab\t", False),
+        ("del\x7f", False),
+        ("caf\u00e9", False),
+    ],
+)
+def test_one_rule_for_idempotency_keys(key: str, ok: bool) -> None:
+    """issue 28 (low): an idempotency key is 1 to 255 printable ASCII characters, one rule for
+    HTTP, Kafka and the CLI, naming the field as each caller knows it"""
+    if ok:
+        assert on_demand.checked_idempotency_key(key, "Idempotency-Key") == key
+        return
+    with pytest.raises(JobValidationError) as refused:
+        on_demand.checked_idempotency_key(key, "--idempotency-key")
+    assert [p.field for p in refused.value.problems] == ["--idempotency-key"]
