@@ -19,8 +19,12 @@ The app is assembled here from modules of one concern each:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from urllib.parse import quote
 
 from fastapi import FastAPI
+from starlette.responses import RedirectResponse
+from starlette.routing import Match, Router
+from starlette.types import Receive, Scope, Send
 
 from tickwheel.clock import now_ms
 from tickwheel.registry_api.auth import KeyCache
@@ -62,4 +66,33 @@ def create_app(
     app.include_router(jobs)
     app.include_router(operations)
     install_ops(app)  # /v1/ops/… and the /ui status page (ops/routes.py)
+    app.router.redirect_slashes = False
+    app.router.default = SlashRedirect(app.router)
     return app
+
+
+class SlashRedirect:
+    """The router's answer to a path no route matches: when the same path with (or without)
+    a trailing slash is a route, a 307 to it, else the router's 404.
+
+    Starlette's own redirect builds an absolute URL from the request's `Host` header, so a
+    client (or a cache in front of us) could be sent to any host the request named; this one
+    answers with the path alone (and the query), leading slashes collapsed to one so that it
+    can never read as `//other.host`.
+    """
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if scope["type"] == "http" and path != "/":
+            other = path.rstrip("/") if path.endswith("/") else path + "/"
+            toggled = {**scope, "path": other}
+            if any(route.matches(toggled)[0] is not Match.NONE for route in self.router.routes):
+                location = quote("/" + other.lstrip("/"), safe="/:@!$&'()*+,;=-._~")
+                if query := scope.get("query_string", b""):
+                    location += "?" + query.decode("latin-1")
+                await RedirectResponse(location, status_code=307)(scope, receive, send)
+                return
+        await self.router.not_found(scope, receive, send)

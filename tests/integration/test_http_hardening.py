@@ -209,3 +209,50 @@ async def test_target_url_is_stored_and_echoed_normalised(client: httpx.AsyncCli
     assert created.json()["target"]["url"] == "https://hooks.example.test/tickwheel/run"
     again = await client.post("/v1/jobs", json=document)
     assert (again.status_code, again.json()["version"]) == (200, 1)
+
+
+@pytest.mark.parametrize(
+    "key", ["tab\tinside", "k" * 256, "caf\u00e9"], ids=["control", "256-chars", "latin-1"]
+)
+async def test_an_idempotency_key_out_of_form_is_a_422_and_starts_nothing(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    """issue 28 (low): the Idempotency-Key follows the one rule of every path (1 to 255
+    printable ASCII characters): a control character, 256 characters or a non-ASCII one is a
+    422 naming the header, and no run is started"""
+    assert (await client.post("/v1/jobs", json=_job("idem"))).status_code == 201
+    response = await client.post(
+        "/v1/jobs/idem/trigger", headers={"Idempotency-Key": key.encode("latin-1")}
+    )
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["detail"]
+    assert problem["field"] == "Idempotency-Key"
+    assert "1 to 255 printable ASCII characters" in problem["message"]
+    assert (await client.get("/v1/jobs/idem/runs")).json()["items"] == []
+
+
+@pytest.mark.parametrize(
+    ("path", "location"),
+    [
+        ("/v1/jobs/", "/v1/jobs"),
+        ("/v1/jobs/?limit=5&cursor=x", "/v1/jobs?limit=5&cursor=x"),
+        ("/v1/jobs/some.job/", "/v1/jobs/some.job"),
+        ("/healthz/", "/healthz"),
+    ],
+)
+async def test_the_trailing_slash_redirect_names_no_host(
+    client: httpx.AsyncClient, path: str, location: str
+) -> None:
+    """issue 28 (low): the redirect of a trailing slash is the path alone, whatever Host the
+    request named (it was built from the Host header: http://evil.example/v1/jobs)"""
+    response = await client.get(path, headers={"Host": "evil.example"})
+    assert response.status_code == 307
+    assert response.headers["location"] == location
+
+
+async def test_a_path_no_route_has_either_way_is_a_404(client: httpx.AsyncClient) -> None:
+    """no route with or without the slash: the API's 404, no redirect"""
+    for path in ("/v1/nothing/", "//evil.example/", "/v2/jobs"):
+        response = await client.get(path, headers={"Host": "evil.example"})
+        assert response.status_code == 404, (path, response.headers)
+        assert "location" not in response.headers
