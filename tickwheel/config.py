@@ -211,6 +211,21 @@ class Settings(BaseSettings):
     def _zk_hosts(cls, value: str | None) -> str | None:
         return check_hosts(value, "the ZooKeeper servers", chroot=True) if value else value
 
+    @field_validator("target_allowlist")
+    @classmethod
+    def _allowlist_readable(cls, value: list[str]) -> list[str]:
+        from tickwheel.target_rules import TargetError, parse_entry
+
+        for entry in value:
+            try:
+                parse_entry(entry)
+            except TargetError as exc:
+                raise ValueError(
+                    f"entry {entry!r}: {exc.message} (an entry is a URL prefix, then "
+                    "optionally the private address ranges its host may resolve to)"
+                ) from None
+        return value
+
     @field_validator("priority_weights")
     @classmethod
     def _weights_cover_priorities(cls, value: dict[str, int]) -> dict[str, int]:

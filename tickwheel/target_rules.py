@@ -6,9 +6,11 @@ time, so that a rule tightened later also holds for jobs stored before:
     check_target_url(url, allowlist) -> the normalised URL, or TargetError
     check_headers(headers)           -> None, or TargetError
 
-The allowlist holds URL prefixes chosen by the operator. What is compared against it is the
-URL as a server will read it, never the raw string, so nothing that a server or proxy would
-interpret differently from us may pass:
+The allowlist holds URL prefixes chosen by the operator, each optionally followed by the
+address ranges its host may resolve to when they are private (`https://billing.internal/hooks
+10.20.0.0/16 fd12::/48`; see `workers/targets.py` for which addresses need that). What is
+compared against it is the URL as a server will read it, never the raw string, so nothing
+that a server or proxy would interpret differently from us may pass:
 
 - only ASCII printable characters: no control characters (CR/LF would split the request line),
   no spaces, no backslashes (some servers read them as `/`);
@@ -32,6 +34,7 @@ HEADERS_MAX_BYTES in total.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -155,11 +158,42 @@ def _allows(entry: SplitResult, url: SplitResult) -> bool:
     return url.path == base or url.path.startswith(base + "/")
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@functools.lru_cache(maxsize=256)
+def parse_entry(entry: str) -> tuple[str, tuple[Network, ...]]:
+    """(URL prefix, the address ranges it names) of an allowlist entry `URL [RANGE …]`;
+    TargetError (field `allowlist`) for a bad URL or range."""
+    words = entry.split()
+    if not words:
+        raise TargetError("allowlist", "has an empty entry")
+    url, *ranges = words
+    normalise_url(url, "allowlist")
+    networks = []
+    for text in ranges:
+        try:
+            networks.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            raise TargetError(
+                "allowlist", f"entry {url!r} names {text!r}, which is not an address range"
+            ) from None
+    return url, tuple(networks)
+
+
+def entry_networks(entry: str) -> tuple[Network, ...]:
+    """The address ranges an allowlist entry names (none for a bad entry)."""
+    try:
+        return parse_entry(entry)[1]
+    except TargetError:
+        return ()
+
+
 @functools.lru_cache(maxsize=256)
 def _entry(entry: str) -> SplitResult | None:
-    """An allowlist entry, normalised once (the operator's list rarely changes)."""
+    """An allowlist entry's URL, normalised once (the operator's list rarely changes)."""
     try:
-        return urlsplit(normalise_url(entry, "allowlist"))
+        return urlsplit(normalise_url(parse_entry(entry)[0], "allowlist"))
     except TargetError:
         return None
 

@@ -10,8 +10,12 @@ A job may name `"target": {"url", "method", "headers"}` instead of a handler. Fo
        loopback, link-local (which includes the cloud metadata address 169.254.169.254),
        unspecified, multicast or reserved address, or a known metadata address, is refused
        unless the matching allowlist entry names that very address (or `localhost` for
-       loopback). The request then goes to the checked address (the Host header and TLS SNI
-       keep the name), so a second DNS answer cannot swap in another address (DNS rebinding);
+       loopback) or a range holding it; a private address (10/8, 172.16/12, 192.168/16,
+       fc00::/7) likewise, unless the entry names it or a range holding it (`https://billing.
+       internal/ 10.20.0.0/16`): an allowlisted public name whose DNS answers with an address
+       inside our network must not reach it by default. The request then goes to the checked
+       address (the Host header and TLS SNI keep the name), so a second DNS answer cannot
+       swap in another address (DNS rebinding);
     3. the host's token bucket gives the pace (waiting for a token, not failing) and its
        circuit breaker, when open, fails the call fast as retryable;
     4. the response decides: 2xx success; 3xx with Location: next hop; 408, 429, 5xx,
@@ -47,7 +51,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx
 import orjson
 
-from tickwheel.target_rules import TargetError, matching_entry
+from tickwheel.target_rules import TargetError, entry_networks, matching_entry
 from tickwheel.workers.handlers import PermanentError
 from tickwheel.workers.limits import CircuitBreaker, TokenBucket
 
@@ -56,6 +60,11 @@ MAX_REDIRECTS = 5
 # instance metadata on some clouds (AWS IPv6, Alibaba).
 METADATA_ADDRESSES = frozenset(
     ipaddress.ip_address(a) for a in ("fd00:ec2::254", "100.100.100.200")
+)
+# Private ranges (RFC 1918, and RFC 4193's unique local IPv6): a target may resolve into one
+# only under an allowlist entry naming it.
+PRIVATE_NETWORKS = tuple(
+    ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
 )
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 RETRYABLE_STATUSES = frozenset({408, 429})
@@ -122,11 +131,24 @@ def special_address(address: Address) -> bool:
     )
 
 
+def private_address(address: Address) -> bool:
+    """In one of PRIVATE_NETWORKS (also IPv4-mapped)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in PRIVATE_NETWORKS)
+
+
 def address_permitted(address: Address, entry: str) -> bool:
     """May `address` be called under allowlist `entry`? (Step 2 of the module docstring.)"""
-    if not special_address(address):
+    if not special_address(address) and not private_address(address):
         return True
-    host = urlsplit(entry).hostname or ""
+    forms = [address]
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        forms.append(address.ipv4_mapped)
+    if any(form in network for network in entry_networks(entry) for form in forms):
+        return True
+    url = entry.split()[0] if entry.strip() else ""
+    host = urlsplit(url).hostname or ""
     if host == "localhost":
         return address.is_loopback or (
             isinstance(address, ipaddress.IPv6Address)
@@ -252,7 +274,8 @@ class HttpTargets:
         if refused or not addresses:
             raise PermanentError(
                 f"target host {host!r} resolves to {refused[0] if refused else 'nothing'}, "
-                "a loopback, link-local or metadata address that is not allowlisted"
+                "a loopback, link-local, metadata or private address that its allowlist "
+                "entry does not name"
             )
         return addresses[0]
 

@@ -167,3 +167,32 @@ def test_a_config_file_that_is_not_toml_is_a_config_error(
     monkeypatch.setenv("TICKWHEEL_CONFIG", str(cfg))
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_settings()
+
+
+@pytest.mark.parametrize(
+    ("entries", "words"),
+    [
+        ('["https://hooks.example.com/ 10.0.0.0/33"]', "not an address range"),
+        ('["hooks.example.com"]', "absolute http(s) URL"),
+        ('[""]', "empty entry"),
+    ],
+)
+def test_an_allowlist_entry_that_allows_nothing_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, entries: str, words: str
+) -> None:
+    """an allowlist entry that is no URL, or names something that is not an address range,
+    is refused when the settings are read (it silently allowed nothing before)"""
+    monkeypatch.setenv("TICKWHEEL_TARGET_ALLOWLIST", entries)
+    with pytest.raises(ConfigError, match="TICKWHEEL_TARGET_ALLOWLIST") as caught:
+        load_settings()
+    assert words in str(caught.value)
+
+
+def test_an_allowlist_entry_may_name_private_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`URL RANGE…` is an entry"""
+    monkeypatch.setenv(
+        "TICKWHEEL_TARGET_ALLOWLIST", '["https://billing.internal/hooks 10.20.0.0/16 fd12::/48"]'
+    )
+    assert load_settings().target_allowlist == [
+        "https://billing.internal/hooks 10.20.0.0/16 fd12::/48"
+    ]
