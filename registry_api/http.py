@@ -13,6 +13,7 @@ The app is assembled here from modules of one concern each:
     cursors.py   opaque keyset cursors;  patch.py  JSON merge patch (RFC 7386)
     metrics.py   Prometheus collectors, the request log, the request body bound
     auth.py      bearer keys → tenants, with a short positive cache
+    docs_page.py /docs: Swagger UI from the package, nothing from a CDN
     ops/routes.py  operators' cross-tenant endpoints (operator keys) and the /ui status page
 """
 
@@ -28,6 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from tickwheel.clock import now_ms
 from tickwheel.registry_api.auth import KeyCache
+from tickwheel.registry_api.docs_page import install as install_docs
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.errors import install_error_handlers
 from tickwheel.registry_api.metrics import Metrics, Observe
@@ -56,6 +58,8 @@ def create_app(
         title="tickwheel registry",
         version="1",
         description="Register, inspect and control scheduled jobs (see docs/API.md).",
+        docs_url=None,  # /docs is docs_page.py's: FastAPI's loads Swagger UI from a CDN
+        redoc_url=None,
     )
     app.state.registry = Registry(
         store, limits, clock, metrics, KeyCache(store.tenant_for_key), parts or {}
@@ -66,6 +70,7 @@ def create_app(
     app.include_router(jobs)
     app.include_router(operations)
     install_ops(app)  # /v1/ops/… and the /ui status page (ops/routes.py)
+    install_docs(app)  # /docs, Swagger UI served from the package (docs_page.py)
     app.router.redirect_slashes = False
     app.router.default = SlashRedirect(app.router)
     return app

@@ -256,3 +256,24 @@ async def test_a_path_no_route_has_either_way_is_a_404(client: httpx.AsyncClient
         response = await client.get(path, headers={"Host": "evil.example"})
         assert response.status_code == 404, (path, response.headers)
         assert "location" not in response.headers
+
+
+async def test_the_api_docs_are_served_from_the_registry_alone(client: httpx.AsyncClient) -> None:
+    """issue 28 (low): /docs names only paths of the registry (no CDN), each of which it
+    serves, under a CSP allowing scripts from this origin only; /redoc (a CDN page) is gone"""
+    import re
+
+    page = await client.get("/docs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "script-src 'self';" in page.headers["content-security-policy"]
+    links = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert links and not any("//" in link for link in links), links
+    for link in links:
+        asset = await client.get(f"/{link}")
+        assert asset.status_code == 200, link
+        assert asset.headers["content-type"].startswith(("text/javascript", "text/css"))
+    bundle = await client.get("/docs/swagger-ui-bundle.js")
+    assert b"SwaggerUIBundle" in bundle.content
+    assert (await client.get("/docs/../pyproject.toml")).status_code == 404
+    assert (await client.get("/docs/redoc.standalone.js")).status_code == 404
+    assert (await client.get("/redoc")).status_code == 404

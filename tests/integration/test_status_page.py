@@ -345,3 +345,54 @@ def test_status_page_shows_the_running_system(
     ]
     assert any("/v1/ops/throughput" in url for url in urls)
     assert not any(system.operator_key in url for url in [*urls, seen["href"]])
+
+
+def test_api_docs_load_in_chromium_from_the_registry_alone(
+    sched: SchedEnv, browser: DevTools, tmp_path: Path
+) -> None:
+    """issue 28 (low): /docs draws the API with Swagger UI in Chromium, every request going to
+    the registry itself (it loaded its scripts from a CDN), under its Content-Security-Policy
+    without a violation; a screenshot is saved"""
+    port = _free_port()
+    sched.spawn_command("registry", ["registry", "--port", str(port), "--no-intake"])
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return _get(f"{base}/healthz")[0] == 200
+        except OSError:
+            return False
+
+    asyncio.run(wait_for(healthy, STARTUP_TIMEOUT_S, what="the registry's /healthz"))
+    browser.call("Network.enable")
+    browser.call("Log.enable")
+    browser.call("Page.enable")
+    browser.call("Page.navigate", url=f"{base}/docs")
+    title = "document.querySelector('.swagger-ui .info .title')"
+    drawn = asyncio.run(
+        wait_for(
+            lambda: browser.evaluate(f"{title} && {title}.textContent"),
+            PAGE_TIMEOUT_S,
+            what="Swagger UI's title",
+        )
+    )
+    assert drawn.startswith("tickwheel registry")
+    operations = browser.evaluate("document.querySelectorAll('.opblock').length")
+    assert operations >= 10
+    shot = browser.call("Page.captureScreenshot", format="png")
+    path = tmp_path / "api-docs.png"
+    path.write_bytes(base64.b64decode(shot["data"]))
+    print(f"api docs screenshot: {path}")
+    urls = [
+        e["params"]["request"]["url"]
+        for e in browser.events
+        if e.get("method") == "Network.requestWillBeSent"
+    ]
+    assert f"{base}/openapi.json" in urls
+    assert all(url.startswith((base, "data:")) for url in urls), urls
+    violations = [
+        e["params"]["entry"]["text"]
+        for e in browser.events
+        if e.get("method") == "Log.entryAdded" and "Content Security Policy" in str(e["params"])
+    ]
+    assert violations == []
