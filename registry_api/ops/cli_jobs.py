@@ -205,13 +205,19 @@ def jobs_backfill(
 
     Each occurrence runs under its own run key, released at TICKWHEEL_BACKFILL_RATE_PER_S.
     """
-    from tickwheel.registry_api.on_demand import BackfillRequest
+    from tickwheel.clock import now_ms
+    from tickwheel.registry_api.on_demand import BackfillRefused, BackfillRequest, check_range
     from tickwheel.registry_api.ops.jobs import backfill_dispatched, backfill_job
+    from tickwheel.registry_api.service import run_limits_of
 
     tenant, job_id = resolve_job(job, tenant)
     window = BackfillRequest(
         parse_instant_option(from_, "--from"), parse_instant_option(to, "--to")
     )
+    try:  # what arithmetic can refuse is refused before connecting (the store checks again)
+        check_range(window.from_ms, window.to_ms, now_ms(), run_limits_of(settings()))
+    except BackfillRefused as refused:
+        raise BadInput(f"--{refused.field}: {refused.message}") from None
     result = _with_store(lambda store: backfill_job(store, tenant, job_id, window, dry_run=dry_run))
     if as_json:
         emit_json({k: v for k, v in result.items() if not k.endswith("_ms")})

@@ -18,6 +18,7 @@ ENV = {
     "TICKWHEEL_ZK": CLOSED,
     "TICKWHEEL_CONFIG": "",
 }
+BACKFILL = ["jobs", "backfill", "acme/nightly"]
 
 
 @pytest.mark.parametrize(
@@ -31,11 +32,14 @@ ENV = {
         (["tenant", "add", "a/b"], "name: must match"),
         (["operator-key", "add", "no spaces!"], "name: must match"),
         (["operator-key", "revoke", "x" * 65], "name: must match"),
+        ([*BACKFILL, "--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z"], "--to:"),
+        ([*BACKFILL, "--from", "2999-01-01T00:00:00Z", "--to", "2999-01-02T00:00:00Z"], "future"),
     ],
 )
 def test_bad_input_exits_2_before_connecting(args: list[str], words: str) -> None:
     """an idempotency key out of form (no length limit before), a tenant, job id or operator
-    name the ledger cannot hold: exit 2 naming it, with every service down"""
+    name the ledger cannot hold, a backfill range that arithmetic refuses: exit 2 naming it,
+    with every service down (several were exit 1, the connection tried first)"""
     result = CliRunner().invoke(main, args, env=ENV)
     assert result.exit_code == 2, result.output
     assert words in result.output
