@@ -271,20 +271,25 @@ class RegistryStore:
             if apply(job, op, now, resume_from=self._spec_of)[1] is not Outcome.BACKFILLED:
                 continue
             try:
-                found = await asyncio.to_thread(
-                    on_demand.occurrences,
-                    self._spec_of(job).timing,
-                    window.from_ms,
-                    window.to_ms,
-                    now,
-                    self.run_limits,
-                )
+                found = await self._occurrences(job, window, now)
             except BackfillRefused as refused:
                 counted[i] = Applied(op, Outcome.REFUSED, job, problem=refused)
                 continue
             planned = dataclasses.replace(window, plan=BackfillPlan(job.version, tuple(found)))
             counted[i] = dataclasses.replace(op, request=planned)
         return counted
+
+    async def _occurrences(self, job: StoredJob, window: BackfillRequest, now: int) -> list[int]:
+        """The job's occurrences in the window (bounded; BackfillRefused), counted in a thread
+        (pure CPU, off the event loop)."""
+        return await asyncio.to_thread(
+            on_demand.occurrences,
+            self._spec_of(job).timing,
+            window.from_ms,
+            window.to_ms,
+            now,
+            self.run_limits,
+        )
 
     async def _apply_counted(
         self, ops: Sequence[Op], plan: NewJobsPlan | None, dry_run: bool
@@ -361,14 +366,7 @@ class RegistryStore:
                     on_demand.check_range(window.from_ms, window.to_ms, now, self.run_limits)
                     planned = list(window.plan.occurrences)
                 else:
-                    planned = await asyncio.to_thread(
-                        on_demand.occurrences,
-                        self._spec_of(job).timing,
-                        window.from_ms,
-                        window.to_ms,
-                        now,
-                        self.run_limits,
-                    )
+                    planned = await self._occurrences(job, window, now)
             except BackfillRefused as refused:
                 return Applied(op, Outcome.REFUSED, job, problem=refused)
             done = await on_demand.backfill(conn, op.tenant, op.job_id, planned, self.run_limits)

@@ -9,9 +9,7 @@ before."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,17 +17,16 @@ from typing import Any
 import asyncpg
 import orjson
 import pytest
-from confluent_kafka import TopicPartition
 
 from tickwheel.clock import now_ms
-from tickwheel.config import Settings, load_settings
-from tickwheel.kafka import consumer
-from tickwheel.registry_api.service import intake_group, make_intake
+from tickwheel.config import Settings
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.signatures import SIGNATURE_HEADER, sign
 from tickwheel.stack import Addresses
 from tickwheel.testing import drain, produce
 from tickwheel.topics import Topics
+
+from .conftest import rewind_intake, run_intake_until, stack_settings
 
 pytestmark = pytest.mark.integration
 
@@ -38,55 +35,13 @@ WINDOW_S = 3600  # the signature window these tests run with
 
 
 def _settings(stack: Addresses, db_dsn: str, topics: Topics) -> Settings:
-    return load_settings(
-        dsn=db_dsn,
-        kafka=stack.kafka,
-        zk=stack.zk,
-        topic_prefix=topics.prefix,
-        shards=SHARDS,
+    return stack_settings(
+        stack,
+        db_dsn,
+        topics,
         intake_require_signature=True,
         intake_signature_window_s=WINDOW_S,
     )
-
-
-def _committed(settings: Settings, topic: str) -> int:
-    cons = consumer(
-        settings.effective_kafka, intake_group(settings), **{"enable.auto.commit": False}
-    )
-    try:
-        parts = cons.committed([TopicPartition(topic, p) for p in range(2)], timeout=10)
-        return sum(max(0, tp.offset) for tp in parts)
-    finally:
-        cons.close()
-
-
-def _rewind(settings: Settings, topic: str) -> None:
-    """Move the intake's group back to the start: every message is delivered again."""
-    cons = consumer(
-        settings.effective_kafka, intake_group(settings), **{"enable.auto.commit": False}
-    )
-    try:
-        cons.commit(offsets=[TopicPartition(topic, p, 0) for p in range(2)], asynchronous=False)
-    finally:
-        cons.close()
-
-
-async def _intake_until(settings: Settings, store: RegistryStore, committed: int) -> None:
-    """Run an intake until `committed` offsets of the registrations topic are committed."""
-    topic = f"{settings.topic_prefix}.registrations"
-    intake = make_intake(store, settings)
-    stop = asyncio.Event()
-    task = asyncio.create_task(intake.run(stop))
-    deadline = time.monotonic() + 60
-    try:
-        while _committed(settings, topic) < committed:
-            assert time.monotonic() < deadline, "the intake did not finish in time"
-            assert not task.done(), task
-            await asyncio.sleep(0.2)
-    finally:
-        stop.set()
-        await task
-        await intake.close()
 
 
 @pytest.fixture
@@ -157,11 +112,11 @@ async def test_a_replayed_signed_registration_is_rejected_and_changes_nothing(
     for key, (value, headers) in first:
         produce(stack.kafka, topics.registrations, [(key, value)], headers)
     settings = _settings(stack, db_dsn, topics)
-    await _intake_until(settings, store, len(first))
+    await run_intake_until(settings, store, len(first))
     replays = [("config", first_upsert), ("gone", delete), ("paused", pause), ("runs", trigger)]
     for key, (value, headers) in replays:
         produce(stack.kafka, topics.registrations, [(key, value)], headers)
-    await _intake_until(settings, store, len(first) + len(replays))
+    await run_intake_until(settings, store, len(first) + len(replays))
 
     assert await _jobs(store, tenant) == {
         "config": ("active", "0 2 * * *"),
@@ -194,10 +149,10 @@ async def test_redelivered_signed_registrations_are_no_replays(
     for key, (value, headers) in stream:
         produce(stack.kafka, topics.registrations, [(key, value)], headers)
     settings = _settings(stack, db_dsn, topics)
-    await _intake_until(settings, store, len(stream))
+    await run_intake_until(settings, store, len(stream))
     before = await _jobs(store, tenant)
-    _rewind(settings, topics.registrations)
-    await _intake_until(settings, store, len(stream))
+    rewind_intake(settings)
+    await run_intake_until(settings, store, len(stream))
     assert await _jobs(store, tenant) == before == {"job": ("paused", "0 1 * * *")}
     runs = await store.pool.fetchval("SELECT count(*) FROM job_runs WHERE tenant = $1", tenant)
     assert runs == 1
@@ -236,7 +191,7 @@ async def test_signatures_that_do_not_bind_this_deployment_now_are_rejected(
     stream = [other_deployment, expired, ahead, form_1, good]
     for value, headers in stream:
         produce(stack.kafka, topics.registrations, [("k", value)], headers)
-    await _intake_until(_settings(stack, db_dsn, topics), store, len(stream))
+    await run_intake_until(_settings(stack, db_dsn, topics), store, len(stream))
     assert set(await _jobs(store, tenant)) == {"good"}
     reasons = {value: found for value, [found] in _reasons(stack, topics, expect=4).items()}
     assert reasons[other_deployment[0]].startswith("signature does not verify")
