@@ -8,6 +8,7 @@ and a revoked key keeps working for at most the TTL. Keys are never logged.
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Awaitable, Callable
 
@@ -91,13 +92,38 @@ async def authenticate(header: str | None, keys: KeyCache) -> str:
 
 FAILED_AUTH_BURST = 20  # failed authentications a client address may make at once
 FAILED_AUTH_PER_S = 1.0  # ... and then this many per second (token bucket refill)
-FAILED_AUTH_CLIENTS_MAX = 10_000  # addresses tracked; full buckets are forgotten first
+FAILED_AUTH_CLIENTS_MAX = 10_000  # addresses tracked; the fullest buckets are forgotten first
+IPV6_CLIENT_PREFIX = 64  # bits: one IPv6 client is its /64 (one host's usual allocation)
+
+
+def client_of(host: str | None) -> str:
+    """Whose failures a request counts as: its IPv4 address, or the /64 network of its IPv6
+    address — a single host is commonly given a whole /64, and counting each of its 2^64
+    addresses apart would give it as many buckets."""
+    if not host:
+        return "unknown"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/{IPV6_CLIENT_PREFIX}", strict=False))
+    return str(address)
 
 
 class FailedAuthLimiter:
-    """A token bucket per client address, drawn only by failed authentications: a client that
-    guesses keys is answered 429 (with Retry-After) before its guess is even looked up, while
-    a client whose key works is never slowed down."""
+    """A token bucket per client (`client_of`), drawn only by failed authentications: a
+    client that guesses keys is answered 429 (with Retry-After) before its guess is even
+    looked up, while a client whose key works is never slowed down.
+
+    At most `max_clients` buckets are kept. When a new client would exceed that, the half of
+    the buckets holding the most tokens now (full ones first) is forgotten: forgetting a
+    bucket gives its client a full one, which costs nothing for those nearly full and keeps
+    the clients that failed most lately limited. (Forgetting every bucket, as before issue 28,
+    let anyone with enough addresses reset the limit of the one that guesses.)
+    """
 
     def __init__(
         self,
@@ -126,9 +152,7 @@ class FailedAuthLimiter:
         """Take a token from `client`'s bucket for a failed attempt."""
         now = self._clock()
         if client not in self._buckets and len(self._buckets) >= self._max:
-            self._buckets = {
-                c: v for c, v in self._buckets.items() if self._tokens(c, now) < self._burst
-            }
-            if len(self._buckets) >= self._max:
-                self._buckets.clear()
+            # Sorting once per max/2 new clients: O(log n) per failure, amortised.
+            by_tokens = sorted(self._buckets, key=lambda c: self._tokens(c, now))
+            self._buckets = {c: self._buckets[c] for c in by_tokens[: self._max // 2]}
         self._buckets[client] = (max(0.0, self._tokens(client, now) - 1), now)

@@ -9,6 +9,9 @@
   win silently, so a reviewer and the registry could read two different documents).
 - No `NaN` or `Infinity` (not JSON).
 - Integers stay exact (the stdlib parser), so that validation can refuse those beyond 64 bits.
+  One longer than INT_MAX_DIGITS (the interpreter's own limit on converting digits to an
+  integer, which would otherwise escape as a ValueError and a 500) is refused here, with the
+  field it stands in.
 - Nesting: the parser's own recursion limit is the only bound here; the exact limit of
   `document.JSON_MAX_DEPTH` levels is checked field by field (`storable_problems`), so that
   the answer names the field.
@@ -42,8 +45,19 @@ _BOMS = (
 )
 
 
+# Python refuses to convert more digits than this to an int (CPython's default
+# `sys.get_int_max_str_digits()`, a guard against quadratic-time conversions); such a number is
+# no integer any field takes, so it is named and refused, never converted.
+INT_MAX_DIGITS = 4300
+
+
 class BodyError(ValueError):
-    """A body that is not JSON as the API takes it; the message is one sentence."""
+    """A body that is not JSON as the API takes it; the message is one sentence. `field`
+    names the value at fault (a dotted path) when it is one value, else it is empty."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -63,6 +77,30 @@ def _no_constant(name: str) -> Any:
     raise BodyError(f"the request body is not valid JSON: {name} is not a JSON number")
 
 
+class _EndlessInteger:
+    """Stands in, while parsing, for an integer of more than INT_MAX_DIGITS digits."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _endless_integer_at(value: Any) -> tuple[str, int] | None:
+    """(dotted path, digits) of the first stand-in in `value`, or None."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, _EndlessInteger):
+            return where, item.digits
+        if isinstance(item, dict):
+            children: Any = item.items()
+        elif isinstance(item, list):
+            children = enumerate(item)
+        else:
+            continue
+        stack.extend((child, f"{where}.{key}" if where else str(key)) for key, child in children)
+    return None
+
+
 def decode_json_body(raw: bytes) -> Any:
     """The JSON value of a request body; BodyError for anything the module docstring refuses."""
     for bom, encoding in _BOMS:
@@ -78,14 +116,36 @@ def decode_json_body(raw: bytes) -> Any:
         raise BodyError(
             f"the request body is not UTF-8 (invalid byte at position {exc.start}); send UTF-8"
         ) from None
+    endless = False
+
+    def parse_int(digits: str) -> Any:
+        nonlocal endless
+        if len(digits) - digits.startswith("-") <= INT_MAX_DIGITS:
+            return int(digits)
+        endless = True
+        return _EndlessInteger(len(digits) - digits.startswith("-"))
+
     try:
-        return json.loads(text, object_pairs_hook=_unique_names, parse_constant=_no_constant)
+        value = json.loads(
+            text,
+            object_pairs_hook=_unique_names,
+            parse_constant=_no_constant,
+            parse_int=parse_int,
+        )
     except json.JSONDecodeError as exc:
         raise BodyError(
             f"the request body is not valid JSON: {exc.msg} at character {exc.pos}"
         ) from None
     except RecursionError:
         raise BodyError("the request body nests too deeply to be read") from None
+    if endless and (found := _endless_integer_at(value)) is not None:
+        where, digits = found
+        subject = "is" if where else "the request body is"
+        raise BodyError(
+            f"{subject} an integer of {digits:,} digits; no field takes an integer beyond 64 bits",
+            where,
+        )
+    return value
 
 
 def _json_content(content_type: str | None) -> bool:
@@ -131,7 +191,7 @@ def authenticated_first(
                 try:
                     value = decode_json_body(raw)
                 except BodyError as exc:
-                    raise JobValidationError([FieldProblem("", str(exc))]) from None
+                    raise JobValidationError([FieldProblem(exc.field, str(exc))]) from None
 
                 async def replay() -> Message:
                     return {"type": "http.request", "body": raw, "more_body": False}

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
-from tickwheel.cli_support import EXIT_BAD_INPUT, cannot_connect, fail, settings
-from tickwheel.config import redact_dsn
+from tickwheel.cli_support import (
+    EXIT_BAD_INPUT,
+    BadInput,
+    command,
+    fail,
+    settings,
+    startup_failed,
+    with_pool,
+)
+from tickwheel.domain import TENANT_FORM, TENANT_PATTERN
 
 
 @click.command("registry")
@@ -29,11 +38,8 @@ def registry(host: str, port: int, no_http: bool, no_intake: bool) -> None:
     s = settings()
     try:
         code = uvloop.run(serve(s, host, port, http=not no_http, intake=not no_intake))
-    except (OSError, asyncpg.PostgresError) as exc:
-        fail(
-            f"registry cannot start (Postgres at {redact_dsn(s.effective_dsn)}, Kafka at "
-            f"{s.effective_kafka}): {type(exc).__name__}: {exc}"
-        )
+    except (OSError, asyncpg.PostgresError, asyncpg.ClientConfigurationError) as exc:
+        startup_failed("registry", s, exc)
     # Non-zero when a part died (logged with its traceback): supervisors restart on it.
     sys.exit(code)
 
@@ -43,64 +49,39 @@ def tenant() -> None:
     """Tenants and their API keys."""
 
 
-@tenant.command("add")
+@command(tenant, "add")
 @click.argument("name")
 def tenant_add(name: str) -> None:
     """Create tenant NAME; its API key is printed once, as the last line."""
-    import asyncio
-
-    import asyncpg
-
-    from tickwheel import db as dbmod
     from tickwheel.registry_api.store import RegistryStore
 
-    async def go() -> str:
-        pool = await dbmod.create_pool(settings().effective_dsn, min_size=1, max_size=1)
-        try:
-            return await RegistryStore(pool, settings().shards).create_tenant(name)
-        finally:
-            await pool.close()
-
-    try:
-        key = asyncio.run(go())
-    except asyncpg.PostgresError as exc:
-        err = dbmod.domain_error(exc)
-        fail(str(err) if err else f"cannot create tenant {name!r}: {exc}", EXIT_BAD_INPUT)
-    except OSError as exc:
-        fail(cannot_connect(settings().effective_dsn, exc))
+    if not TENANT_FORM.fullmatch(name):
+        raise BadInput(f"name: must match {TENANT_PATTERN[1:-1]}, not {name!r}")
+    s = settings()
+    key = with_pool(lambda pool: RegistryStore(pool, s.shards).create_tenant(name), s)
     click.echo(f"tenant {name} created; its API key (shown once):")
     click.echo(key)
 
 
-@tenant.command("revoke-key")
+@command(tenant, "revoke-key")
 @click.argument("prefix_or_key")
 def tenant_revoke_key(prefix_or_key: str) -> None:
     """Revoke an API key, given whole or by its first 10 characters (as `tenant add` and the
     keys table show them). Registries stop accepting it within their key cache's TTL (30 s)."""
-    import asyncio
-
-    import asyncpg
-
-    from tickwheel import db as dbmod
     from tickwheel.registry_api.store import RegistryStore
 
     key = prefix_or_key.strip()
     if not key:
-        fail("PREFIX_OR_KEY must not be empty", EXIT_BAD_INPUT)
+        raise BadInput("PREFIX_OR_KEY must not be empty")
+    s = settings()
 
-    async def go() -> tuple[str, str]:
-        pool = await dbmod.create_pool(settings().effective_dsn, min_size=1, max_size=1)
+    async def revoke(pool: Any) -> tuple[str, str]:
         try:
-            return await RegistryStore(pool, settings().shards).revoke_key(key)
-        finally:
-            await pool.close()
+            return await RegistryStore(pool, s.shards).revoke_key(key)
+        except KeyError:
+            raise BadInput(f"no active API key matches {key[:10]!r}") from None
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
 
-    try:
-        prefix, owner = asyncio.run(go())
-    except KeyError:
-        fail(f"no active API key matches {key[:10]!r}", EXIT_BAD_INPUT)
-    except ValueError as exc:
-        fail(str(exc), EXIT_BAD_INPUT)
-    except (OSError, asyncpg.PostgresError) as exc:
-        fail(f"cannot revoke the key (Postgres at {redact_dsn(settings().effective_dsn)}): {exc}")
+    prefix, owner = with_pool(revoke, s)
     click.echo(f"API key {prefix}… of tenant {owner} revoked")

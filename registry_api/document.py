@@ -117,6 +117,17 @@ class JobDocument(_Strict):
     overlap: OverlapValue = OverlapPolicy.ALLOW.value
     dst: Dst = Field(default_factory=Dst)
 
+    @field_validator("id")
+    @classmethod
+    def _addressable(cls, job_id: str) -> str:
+        # A URL path segment `.` or `..` is resolved away by HTTP clients (RFC 3986 §5.2.4)
+        # and proxies: /v1/jobs/.. would be /v1, so such a job could never be read, changed
+        # or deleted over HTTP. Jobs stored before this rule keep running (the ledger's form
+        # still allows them) and stay reachable through `tickwheel jobs`.
+        if job_id in (".", ".."):
+            raise ValueError("must not be '.' or '..' (a URL cannot address such a job)")
+        return job_id
+
 
 @dataclass(frozen=True)
 class FieldProblem:

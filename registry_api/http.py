@@ -13,17 +13,23 @@ The app is assembled here from modules of one concern each:
     cursors.py   opaque keyset cursors;  patch.py  JSON merge patch (RFC 7386)
     metrics.py   Prometheus collectors, the request log, the request body bound
     auth.py      bearer keys → tenants, with a short positive cache
+    docs_page.py /docs: Swagger UI from the package, nothing from a CDN
     ops/routes.py  operators' cross-tenant endpoints (operator keys) and the /ui status page
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from urllib.parse import quote
 
 from fastapi import FastAPI
+from starlette.responses import RedirectResponse
+from starlette.routing import Match, Router
+from starlette.types import Receive, Scope, Send
 
 from tickwheel.clock import now_ms
 from tickwheel.registry_api.auth import KeyCache
+from tickwheel.registry_api.docs_page import install as install_docs
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.errors import install_error_handlers
 from tickwheel.registry_api.metrics import Metrics, Observe
@@ -52,6 +58,8 @@ def create_app(
         title="tickwheel registry",
         version="1",
         description="Register, inspect and control scheduled jobs (see docs/API.md).",
+        docs_url=None,  # /docs is docs_page.py's: FastAPI's loads Swagger UI from a CDN
+        redoc_url=None,
     )
     app.state.registry = Registry(
         store, limits, clock, metrics, KeyCache(store.tenant_for_key), parts or {}
@@ -62,4 +70,34 @@ def create_app(
     app.include_router(jobs)
     app.include_router(operations)
     install_ops(app)  # /v1/ops/… and the /ui status page (ops/routes.py)
+    install_docs(app)  # /docs, Swagger UI served from the package (docs_page.py)
+    app.router.redirect_slashes = False
+    app.router.default = SlashRedirect(app.router)
     return app
+
+
+class SlashRedirect:
+    """The router's answer to a path no route matches: when the same path with (or without)
+    a trailing slash is a route, a 307 to it, else the router's 404.
+
+    Starlette's own redirect builds an absolute URL from the request's `Host` header, so a
+    client (or a cache in front of us) could be sent to any host the request named; this one
+    answers with the path alone (and the query), leading slashes collapsed to one so that it
+    can never read as `//other.host`.
+    """
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if scope["type"] == "http" and path != "/":
+            other = path.rstrip("/") if path.endswith("/") else path + "/"
+            toggled = {**scope, "path": other}
+            if any(route.matches(toggled)[0] is not Match.NONE for route in self.router.routes):
+                location = quote("/" + other.lstrip("/"), safe="/:@!$&'()*+,;=-._~")
+                if query := scope.get("query_string", b""):
+                    location += "?" + query.decode("latin-1")
+                await RedirectResponse(location, status_code=307)(scope, receive, send)
+                return
+        await self.router.not_found(scope, receive, send)

@@ -19,9 +19,17 @@ identifies duplicates). A database or broker that is unavailable makes the loop 
 the batch's first offsets and retry with backoff, so nothing is skipped.
 
 A registration may be signed with a key of its tenant (tickwheel/signatures.py): a signed one
-is applied only if the signature verifies under an active key of the tenant it names; with
-`intake_require_signature` an unsigned one is rejected. The keys are read by their prefixes
-once per batch (cached `KEY_CACHE_TTL_S`, the HTTP keys' revocation bound).
+is applied only if the signature verifies under an active key of the tenant it names, for
+this topic; with `intake_require_signature` an unsigned one is rejected, and so is one signed
+in form 1 (the value alone, which can be replayed). The keys are read by their prefixes once
+per batch (cached `KEY_CACHE_TTL_S`, the HTTP keys' revocation bound). A form 2 signature also
+carries a message id and its signing instant: one signed longer ago than the signature window
+(or too far ahead of our clock) is rejected as expired, and step 1 ends by remembering the
+batch's message ids with their positions (`RegistryStore.remember_message_ids`, its own
+statement): an id received before at another position is a replay and is rejected, so a
+captured message produced again changes nothing. A redelivery has its own position and goes
+on as before; a crash after the ids were remembered redelivers the batch at the same
+positions, so nothing is lost.
 
 One message can never stop the loop (I7): every message ends applied or rejected.
 - Decoding and validating guard each message: an unforeseen exception rejects that message.
@@ -50,6 +58,7 @@ from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
+from tickwheel.clock import format_ms
 from tickwheel.crash_points import crash_point, fail_point
 from tickwheel.db import DB_ERRORS, is_data_error
 from tickwheel.domain import RegistrationOp
@@ -70,15 +79,27 @@ from tickwheel.registry_api.document import (
     parse_document,
     validate_job,
 )
-from tickwheel.registry_api.on_demand import TriggerRequest, backfill_window
+from tickwheel.registry_api.on_demand import (
+    TriggerRequest,
+    backfill_window,
+    checked_idempotency_key,
+)
 from tickwheel.registry_api.state import Op, Outcome
 from tickwheel.registry_api.store import Applied, NewJobsPlan, RegistryStore, SigningKey
 from tickwheel.runtime import PartState
-from tickwheel.signatures import SIGNATURE_HEADER, SignatureError, parse, verify
+from tickwheel.signatures import (
+    FUTURE_SKEW_MS,
+    SIGNATURE_HEADER,
+    Signature,
+    SignatureError,
+    parse,
+    verify,
+)
 
 log = logging.getLogger("tickwheel.registry.intake")
 
 RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # seconds, then stays at the last
+SIGNATURE_WINDOW_S = 86_400  # default: how old a signed registration may be (a setting)
 REFUSED = {Outcome.NOT_FOUND: "no such job", Outcome.CONFLICT: "not allowed in the job's status"}
 # A key longer than this is replaced by `sha256:<hex>` on the rejected topic: the key must not
 # crowd out the reason. Job ids are at most 128 characters, so only garbage is affected.
@@ -116,7 +137,16 @@ class _Decoded(NamedTuple):
 
     msg: Message
     reg: Registration
-    signature: tuple[str, bytes] | None  # (key prefix, MAC)
+    signature: Signature | None
+
+
+class _Signed(NamedTuple):
+    """A registration whose form 2 signature verified: its message id is to be remembered."""
+
+    msg: Message
+    tenant: str
+    message_id: str
+    signed_at_ms: int
 
 
 @dataclass
@@ -128,6 +158,7 @@ class _Prepared:
     op_messages: list[Message] = field(default_factory=list)
     rejected: list[_Rejected] = field(default_factory=list)
     plan: NewJobsPlan | None = None  # the ops folded as if all their jobs were new
+    signed: list[_Signed] = field(default_factory=list)
 
 
 def refusal(applied: Applied) -> str | None:
@@ -156,6 +187,17 @@ def _signature_header(msg: Message) -> bytes | None:
     return found
 
 
+def _position(msg: Message) -> tuple[int, int]:
+    return msg.partition() or 0, msg.offset() or 0
+
+
+def _replayed(tenant: str, message_id: str, partition: int, offset: int) -> str:
+    return (
+        f"replayed: message id {message_id!r} of tenant {tenant!r} was received already "
+        f"(partition {partition}, offset {offset}); a replay changes nothing"
+    )
+
+
 def _now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -181,9 +223,12 @@ class RegistrationIntake:
         message_max_bytes: int = PRODUCER_MESSAGE_MAX_BYTES,
         health: PartState | None = None,
         require_signature: bool = False,
+        signature_window_s: int = SIGNATURE_WINDOW_S,
     ) -> None:
         self.store = store
         self.require_signature = require_signature
+        self.signature_window_ms = signature_window_s * 1000
+        self.registrations_topic = registrations_topic
         # key prefix -> (its active keys, when the entry expires); only found keys are kept
         self._keys: dict[str, tuple[list[SigningKey], float]] = {}
         self.limits = limits
@@ -304,7 +349,8 @@ class RegistrationIntake:
         self._cpu.shutdown(wait=True)
 
     async def prepare(self, messages: Sequence[Message]) -> _Prepared:
-        """Step 1: decode and validate; no write happens here.
+        """Step 1: decode and validate; no job is written here (the message ids of signed
+        registrations are remembered, to refuse replays).
 
         The CPU work runs on its own thread: the GIL is free while the previous batch waits
         on Postgres, so validating this batch overlaps with the database writing the last.
@@ -312,11 +358,15 @@ class RegistrationIntake:
         loop = asyncio.get_running_loop()
         prepared, registrations = await loop.run_in_executor(self._cpu, self._decode, messages)
         known = await self._known_tenants({d.reg.tenant for d in registrations})
-        keys = await self._signing_keys({d.signature[0] for d in registrations if d.signature})
+        keys = await self._signing_keys(
+            {d.signature.prefix for d in registrations if d.signature is not None}
+        )
         now = self.store.clock()
         await loop.run_in_executor(
             self._cpu, self._validate, prepared, registrations, known, keys, now
         )
+        if prepared.signed:
+            await self._refuse_replays(prepared)
         return prepared
 
     @staticmethod
@@ -346,7 +396,12 @@ class RegistrationIntake:
     ) -> None:
         for msg, reg, signature in registrations:
             try:
-                self._check_signature(msg, reg, signature, keys)
+                verified = self._check_signature(msg, reg, signature, keys, now)
+                if verified is not None and verified.message_id is not None:
+                    assert verified.signed_at_ms is not None
+                    prepared.signed.append(
+                        _Signed(msg, reg.tenant, verified.message_id, verified.signed_at_ms)
+                    )
                 prepared.ops.append(self._op(msg, reg, known, now))
                 prepared.op_messages.append(msg)
             except (EnvelopeError, JobValidationError) as exc:
@@ -411,30 +466,92 @@ class RegistrationIntake:
         self,
         msg: Message,
         reg: Registration,
-        signature: tuple[str, bytes] | None,
+        signature: Signature | None,
         keys: dict[str, list[SigningKey]],
-    ) -> None:
-        """A signed registration must verify under an active key of the tenant it names; an
-        unsigned one passes unless signatures are required. EnvelopeError says why not."""
+        now_ms: int,
+    ) -> Signature | None:
+        """A signed registration must verify under an active key of the tenant it names, for
+        this topic, and be signed within the window; an unsigned one passes unless signatures
+        are required, a form 1 one too (checked as before). The signature, once verified
+        (None: unsigned); EnvelopeError says why not."""
         if signature is None:
             if self.require_signature:
                 raise EnvelopeError(
                     f"unsigned: this registry takes only registrations signed with an API "
                     f"key of their tenant (header {SIGNATURE_HEADER!r})"
                 )
-            return
-        prefix, mac = signature
+            return None
+        if signature.replayable and self.require_signature:
+            raise EnvelopeError(
+                "signed in form 1 (the value alone), which can be replayed: this registry "
+                "takes only form 2 signatures, which bind the topic, a message id and the "
+                "signing instant (tickwheel.signatures.sign(value, api_key, topic=…))"
+            )
         value = msg.value() or b""
-        for key in keys.get(prefix, ()):
-            if verify(value, mac, key.key_hash):
+        topic = msg.topic() or ""
+        for key in keys.get(signature.prefix, ()):
+            if verify(signature, value, topic, key.key_hash):
                 if key.tenant != reg.tenant:
                     raise EnvelopeError(
                         f"signed with an API key of another tenant than {reg.tenant!r}"
                     )
-                return
-        raise EnvelopeError(
-            f"signature does not verify: no active API key {prefix!r}… signed this message"
+                break
+        else:
+            raise EnvelopeError(
+                f"signature does not verify: no active API key {signature.prefix!r}… signed "
+                "this message for this topic"
+            )
+        if signature.signed_at_ms is not None:
+            self._check_signed_at(signature.signed_at_ms, now_ms)
+        return signature
+
+    def _check_signed_at(self, signed_at_ms: int, now_ms: int) -> None:
+        """EnvelopeError for a signing instant outside [now - window, now + skew]."""
+        if now_ms - signed_at_ms > self.signature_window_ms:
+            raise EnvelopeError(
+                f"expired: signed at {format_ms(signed_at_ms)}, more than "
+                f"{self.signature_window_ms // 1000} s before the registry's clock "
+                "(TICKWHEEL_INTAKE_SIGNATURE_WINDOW_S); sign it again to send it again"
+            )
+        if signed_at_ms - now_ms > FUTURE_SKEW_MS:
+            raise EnvelopeError(
+                f"signed at {format_ms(signed_at_ms)}, more than {FUTURE_SKEW_MS // 1000} s "
+                "ahead of the registry's clock"
+            )
+
+    async def _refuse_replays(self, prepared: _Prepared) -> None:
+        """Remember the batch's message ids; reject each op whose id was received before at
+        another position (or earlier in this batch): a replay."""
+        first: dict[tuple[str, str], _Signed] = {}
+        replays: dict[tuple[int, int], str] = {}
+        for item in prepared.signed:
+            key = (item.tenant, item.message_id)
+            if key in first:
+                replays[_position(item.msg)] = _replayed(*key, *_position(first[key].msg))
+            else:
+                first[key] = item
+        keep_ms = self.signature_window_ms + FUTURE_SKEW_MS
+        received = await self.store.remember_message_ids(
+            self.registrations_topic,
+            [(*key, *_position(item.msg), item.signed_at_ms) for key, item in first.items()],
+            keep_ms,
         )
+        for key, item in first.items():
+            topic, partition, offset = received[key]
+            if (topic, partition, offset) != (self.registrations_topic, *_position(item.msg)):
+                replays[_position(item.msg)] = _replayed(*key, partition, offset)
+        if not replays:
+            return
+        ops, messages = [], []
+        for op, msg in zip(prepared.ops, prepared.op_messages, strict=True):
+            reason = replays.get(_position(msg))
+            if reason is None:
+                ops.append(op)
+                messages.append(msg)
+            else:
+                prepared.rejected.append(_Rejected(msg, reason))
+        prepared.ops, prepared.op_messages = ops, messages
+        prepared.plan = None  # made for the ops before: the transaction folds instead
 
     async def commit(self, prepared: _Prepared) -> BatchReport:
         """Steps 2 to 4: apply, publish rejections, store offsets."""
@@ -507,7 +624,8 @@ class RegistrationIntake:
         if reg.op == RegistrationOp.TRIGGER:
             # Without an explicit key the message's position is the key: a redelivered
             # trigger finds the run its first delivery started (on_demand.py).
-            key = reg.idempotency_key or f"kafka:{source[0]}:{source[1]}"
+            given = checked_idempotency_key(reg.idempotency_key, "idempotency_key")
+            key = given or f"kafka:{source[0]}:{source[1]}"
             return Op(reg.op, reg.tenant, reg.id, source=source, request=TriggerRequest(key))
         if reg.op == RegistrationOp.BACKFILL:
             window = backfill_window({"from": reg.window_from, "to": reg.window_to})

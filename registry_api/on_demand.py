@@ -21,17 +21,21 @@ pausing stops the schedule, not runs already asked for).
               not run again, and repeating a backfill creates nothing). `retry_at`s are spaced
               `1000 / rate` ms apart (after any backfill runs of the job still waiting), so a
               backfill reaches workers at a bounded rate. Refused (`BackfillRefused`, naming
-              the field): `to` not after `from`, `to` after now by the database's clock, more
-              occurrences than `max_runs` (the answer says how many the range holds).
+              the field): `to` not after `from`, `to` after now by the database's clock, `from`
+              before the run history's retention, more occurrences than `max_runs` (the count
+              stops there; the answer says where to split the range).
 
 The store (store.py) runs these inside the transaction of the batch that holds the job's row
 lock, after the batch's job writes, so a trigger is ordered with the job's other operations
 (a job created and triggered in one Kafka batch works) and two triggers with one key
-serialise on that lock.
+serialise on that lock. A backfill's occurrences are counted before that transaction, with no
+lock and no connection held (`BackfillPlan`), so a refusal costs no other request anything;
+the transaction reuses the count while the job is the version it was counted for.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,9 +48,6 @@ from tickwheel.schedule.instants import parse_instant
 
 BACKFILL_MAX_RUNS = 10_000  # occurrences one backfill may create at most (a setting)
 BACKFILL_RATE_PER_S = 100.0  # runs per second a backfill releases per job (a setting)
-# Counting stops here: a range holding more is reported as "more than" this many.
-BACKFILL_COUNT_CAP = 1_000_000
-DAY_MS = 86_400_000
 DAY_MS = 86_400_000
 TRIGGER_INSTANT_TRIES = 1000  # milliseconds a trigger moves on at most past taken run keys
 
@@ -62,6 +63,31 @@ class RunLimits:
     retention_days: int = 30
 
 
+# A trigger's idempotency key, however it comes (the HTTP `Idempotency-Key` header, a Kafka
+# trigger's `idempotency_key`, `tickwheel jobs trigger --idempotency-key`): 1 to 255 printable
+# ASCII characters. A control character would be stored and echoed in logs and answers (and
+# a NUL fails the statement); HTTP headers cannot carry more than Latin-1 anyway.
+IDEMPOTENCY_KEY_MAX_CHARS = 255
+_IDEMPOTENCY_KEY_FORM = re.compile(r"[\x20-\x7e]{1,255}")
+
+
+def checked_idempotency_key(key: str | None, field: str) -> str | None:
+    """`key` if it is an idempotency key (None: none given), else JobValidationError naming
+    `field` as the caller knows it."""
+    if key is None or _IDEMPOTENCY_KEY_FORM.fullmatch(key):
+        return key
+    raise JobValidationError(
+        [
+            FieldProblem(
+                field,
+                f"must be 1 to {IDEMPOTENCY_KEY_MAX_CHARS} printable ASCII characters "
+                f"(no control characters), not {len(key)} characters"
+                + ("" if key.isprintable() else " with a control character"),
+            )
+        ]
+    )
+
+
 @dataclass(frozen=True)
 class TriggerRequest:
     """A trigger; `idempotency_key` None: every request starts a run."""
@@ -70,11 +96,21 @@ class TriggerRequest:
 
 
 @dataclass(frozen=True)
+class BackfillPlan:
+    """A backfill's occurrences, counted before its transaction against one version of its job
+    (`RegistryStore.apply`); the transaction uses them while the job is still that version."""
+
+    version: int
+    occurrences: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class BackfillRequest:
-    """A backfill of the occurrences in [from_ms, to_ms) (UTC ms)."""
+    """A backfill of the occurrences in [from_ms, to_ms) (UTC ms); `plan`: counted already."""
 
     from_ms: int
     to_ms: int
+    plan: BackfillPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -142,14 +178,8 @@ def retention_start_ms(now_ms: int, retention_days: int) -> int:
     return (now_ms // DAY_MS - retention_days) * DAY_MS
 
 
-def occurrences(
-    timing: Timing, from_ms: int, to_ms: int, now_ms: int, limits: RunLimits
-) -> list[int]:
-    """The job's occurrences in [from_ms, to_ms), oldest first, or BackfillRefused.
-
-    Pure CPU (a few microseconds an occurrence): callers on an event loop run it in a thread.
-    """
-    max_runs = limits.backfill_max_runs
+def check_range(from_ms: int, to_ms: int, now_ms: int, limits: RunLimits) -> None:
+    """BackfillRefused for a range that cannot be run whatever the schedule: arithmetic only."""
     if to_ms <= from_ms:
         raise BackfillRefused("to", "must be after 'from' (the range is [from, to))")
     oldest = retention_start_ms(now_ms, limits.retention_days)
@@ -165,27 +195,35 @@ def occurrences(
             "reaches into the future; a backfill runs past occurrences only "
             "(the schedule runs the future ones)",
         )
+
+
+def occurrences(
+    timing: Timing, from_ms: int, to_ms: int, now_ms: int, limits: RunLimits
+) -> list[int]:
+    """The job's occurrences in [from_ms, to_ms), oldest first, or BackfillRefused.
+
+    The count stops one past `backfill_max_runs`: a range holding more is refused having cost
+    at most that many steps (a few microseconds each), however long it is — a per-second job
+    over 25 days once cost a million steps, seconds of CPU, before its 422. Pure CPU: callers
+    on an event loop run it in a thread, and the store runs it before taking any lock.
+    """
+    check_range(from_ms, to_ms, now_ms, limits)
+    max_runs = limits.backfill_max_runs
     cache = ScheduleCache()
     found: list[int] = []
     after = from_ms - 1
-    while len(found) < BACKFILL_COUNT_CAP:
+    while len(found) <= max_runs:
         nxt = next_fire_after(cache, timing, after)
         if nxt is None or nxt >= to_ms:
-            break
+            return found
         found.append(nxt)
         after = nxt
-    if len(found) > max_runs:
-        held = (
-            f"more than {BACKFILL_COUNT_CAP:,}"
-            if len(found) >= BACKFILL_COUNT_CAP
-            else f"{len(found):,}"
-        )
-        raise BackfillRefused(
-            "to",
-            f"the range holds {held} occurrences; a backfill may run at most {max_runs:,} "
-            "(split the range)",
-        )
-    return found
+    raise BackfillRefused(
+        "to",
+        f"the range holds more than {max_runs:,} occurrences; a backfill may run at most "
+        f"{max_runs:,}: split the range (its first {max_runs:,} lie before "
+        f"{format_ms(found[max_runs])})",
+    )
 
 
 def spacing_ms(rate_per_s: float) -> float:

@@ -4,15 +4,21 @@ and the path and query parameters the job endpoints share."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tickwheel.domain import JOB_ID_PATTERN
-from tickwheel.registry_api.auth import AuthProblem, FailedAuthLimiter, KeyCache, authenticate
+from tickwheel.registry_api.auth import (
+    AuthProblem,
+    FailedAuthLimiter,
+    KeyCache,
+    authenticate,
+    client_of,
+)
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.errors import ApiError
 from tickwheel.registry_api.metrics import Metrics
@@ -20,6 +26,7 @@ from tickwheel.registry_api.store import PAGE_LIMIT_MAX, RegistryStore
 from tickwheel.runtime import PartState
 
 PAGE_LIMIT_DEFAULT = 100
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -49,11 +56,13 @@ _bearer = HTTPBearer(
 )
 
 
-async def _authenticated(request: Request) -> str:
-    """The tenant of the request's bearer key: AuthProblem → 401, or 429 with Retry-After for
-    a client address that failed too often lately."""
+async def within_failed_auth_limit(request: Request, authenticate: Callable[[], Awaitable[T]]) -> T:
+    """`authenticate()` under the client's budget of failed authentications (auth.py), one
+    budget for the tenants' and the operators' endpoints: 429 with Retry-After for a client
+    that failed too often lately, before any key is looked up; a refusal (401, or 403 for a
+    key of the wrong kind) draws from it."""
     registry = registry_of(request)
-    client = request.client.host if request.client else "unknown"
+    client = client_of(request.client.host if request.client else None)
     wait_s = registry.auth_failures.retry_after_s(client)
     if wait_s > 0:
         raise ApiError(
@@ -64,10 +73,18 @@ async def _authenticated(request: Request) -> str:
             {"Retry-After": str(math.ceil(wait_s))},
         )
     try:
-        return await authenticate(request.headers.get("authorization"), registry.keys)
-    except AuthProblem:
+        return await authenticate()
+    except (AuthProblem, ApiError):
         registry.auth_failures.failed(client)
         raise
+
+
+async def _authenticated(request: Request) -> str:
+    """The tenant of the request's bearer key: AuthProblem → 401, or 429 (above)."""
+    registry = registry_of(request)
+    return await within_failed_auth_limit(
+        request, lambda: authenticate(request.headers.get("authorization"), registry.keys)
+    )
 
 
 async def authenticate_request(request: Request) -> None:

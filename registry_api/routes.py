@@ -55,10 +55,12 @@ from tickwheel.registry_api.models import (
     responses,
 )
 from tickwheel.registry_api.on_demand import (
+    IDEMPOTENCY_KEY_MAX_CHARS,
     Backfilled,
     Triggered,
     TriggerRequest,
     backfill_window,
+    checked_idempotency_key,
 )
 from tickwheel.registry_api.params import (
     PAGE_LIMIT_DEFAULT,
@@ -76,7 +78,6 @@ from tickwheel.registry_api.state import Op, Outcome
 from tickwheel.registry_api.store import Applied, JobView
 
 PATCH_RETRIES = 5  # read-merge-write rounds before a PATCH gives up on a busy job
-IDEMPOTENCY_KEY_MAX_CHARS = 255
 HEALTH_TIMEOUT_S = 2.0  # seconds /healthz waits for the database
 
 # Routes with a body authenticate before reading it, and read it strictly (body.py).
@@ -297,14 +298,17 @@ async def trigger_job(
         str | None,
         Header(
             alias="Idempotency-Key",
-            min_length=1,
-            max_length=IDEMPOTENCY_KEY_MAX_CHARS,
             description="the same key for the same job within 24 h answers the first "
-            "request's run key and starts nothing",
+            f"request's run key and starts nothing; 1 to {IDEMPOTENCY_KEY_MAX_CHARS} printable "
+            "ASCII characters",
         ),
     ] = None,
 ) -> Response:
-    op = Op(RegistrationOp.TRIGGER, tenant, job_id, request=TriggerRequest(idempotency_key))
+    try:
+        key = checked_idempotency_key(idempotency_key, "Idempotency-Key")
+    except JobValidationError as exc:
+        return invalid("invalid_request", exc.problems)
+    op = Op(RegistrationOp.TRIGGER, tenant, job_id, request=TriggerRequest(key))
     applied = await _start(ctx, op, "triggered")
     started = applied.started
     assert isinstance(started, Triggered)

@@ -74,6 +74,7 @@ def make_intake(
         topics.rejected,
         settings.intake_batch,
         require_signature=settings.intake_require_signature,
+        signature_window_s=settings.intake_signature_window_s,
         message_max_bytes=PRODUCER_MESSAGE_MAX_BYTES,
         health=health,
     )

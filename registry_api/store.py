@@ -17,6 +17,7 @@ none of them, and folds as above otherwise (docs/BENCHMARKS.md, registration int
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import secrets
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ from tickwheel.registry_api import on_demand
 from tickwheel.registry_api.document import JobSpec, spec_from_stored
 from tickwheel.registry_api.on_demand import (
     Backfilled,
+    BackfillPlan,
     BackfillRefused,
     BackfillRequest,
     RunLimits,
@@ -123,6 +125,20 @@ class SigningKey:
     tenant: str
 
 
+def _stored_job(row: asyncpg.Record) -> StoredJob:
+    """A job row (`jobs_lock_batch`, `backfill_jobs_read`) as the fold takes it."""
+    return StoredJob(
+        row["tenant"],
+        row["job_id"],
+        orjson.loads(row["document"]),
+        row["status"],
+        row["version"],
+        row["next_run_at"],
+        row["intake_partition"],
+        row["intake_offset"],
+    )
+
+
 def _json_text(value: Any) -> str | None:
     # A JSON null becomes SQL NULL (jobs.payload refuses it; validation rejects a null payload
     # before it gets here, and jobs.target is NULL when the job has a handler).
@@ -209,7 +225,75 @@ class RegistryStore:
 
         `plan`, from `plan_new(ops, …)`, is used only if none of the jobs exists.
         `dry_run`: do everything, then roll back — the results say what would have happened
-        (`tickwheel jobs backfill --dry-run`)."""
+        (`tickwheel jobs backfill --dry-run`). Backfills are counted first, outside the
+        transaction (`_count_backfills`); one refused then never enters it."""
+        counted = await self._count_backfills(ops)
+        todo = [item for item in counted if isinstance(item, Op)]
+        if len(todo) < len(ops):
+            plan = None  # a refused backfill's job exists: the plan would not be used anyway
+        done = iter(await self._apply_counted(todo, plan, dry_run) if todo else [])
+        return [item if isinstance(item, Applied) else next(done) for item in counted]
+
+    async def _count_backfills(self, ops: Sequence[Op]) -> list[Op | Applied]:
+        """`ops`, each backfill with its occurrences counted (`BackfillPlan`) or refused
+        (an `Applied` REFUSED), before any lock is taken and with no connection held while it
+        counts: a refused range then costs no other request a connection or a wait (issue 28).
+
+        Counted against the job as stored now, so only a backfill whose job no earlier op of
+        the batch touches (the Kafka intake hands a batch over once the one before it has
+        committed); the others are counted in the transaction, as is one whose job changed
+        before the transaction locked it. The fold decides first, as it will in the
+        transaction: a replayed, unknown or completed job is left to it."""
+        if not any(isinstance(op.request, BackfillRequest) for op in ops):
+            return list(ops)  # the intake's usual batch: nothing to count
+        seen: set[tuple[str, str]] = set()
+        wanted: list[int] = []
+        for i, op in enumerate(ops):
+            window = op.request
+            if isinstance(window, BackfillRequest) and window.plan is None and op.key not in seen:
+                wanted.append(i)
+            seen.add(op.key)
+        if not wanted:
+            return list(ops)
+        keys = [ops[i].key for i in wanted]
+        rows = await self.pool.fetch(
+            QUERIES["backfill_jobs_read"], [k[0] for k in keys], [k[1] for k in keys]
+        )
+        stored = {(r["tenant"], r["job_id"]): (_stored_job(r), r["now_ms"]) for r in rows}
+        counted: list[Op | Applied] = list(ops)
+        for i in wanted:
+            op = ops[i]
+            window = op.request
+            assert isinstance(window, BackfillRequest)
+            if op.key not in stored:
+                continue
+            job, now = stored[op.key]
+            if apply(job, op, now, resume_from=self._spec_of)[1] is not Outcome.BACKFILLED:
+                continue
+            try:
+                found = await self._occurrences(job, window, now)
+            except BackfillRefused as refused:
+                counted[i] = Applied(op, Outcome.REFUSED, job, problem=refused)
+                continue
+            planned = dataclasses.replace(window, plan=BackfillPlan(job.version, tuple(found)))
+            counted[i] = dataclasses.replace(op, request=planned)
+        return counted
+
+    async def _occurrences(self, job: StoredJob, window: BackfillRequest, now: int) -> list[int]:
+        """The job's occurrences in the window (bounded; BackfillRefused), counted in a thread
+        (pure CPU, off the event loop)."""
+        return await asyncio.to_thread(
+            on_demand.occurrences,
+            self._spec_of(job).timing,
+            window.from_ms,
+            window.to_ms,
+            now,
+            self.run_limits,
+        )
+
+    async def _apply_counted(
+        self, ops: Sequence[Op], plan: NewJobsPlan | None, dry_run: bool
+    ) -> list[Applied]:
         for attempt in range(WRITE_RETRIES):
             try:
                 return await self._apply_once(ops, plan, dry_run)
@@ -251,19 +335,7 @@ class RegistryStore:
         self, ops: Sequence[Op], rows: Sequence[asyncpg.Record], now: int
     ) -> tuple[list[Applied], list[tuple[Any, ...]]]:
         """The batch's ops folded over its locked rows: results, and the COPY rows to write."""
-        loaded = {
-            (r["tenant"], r["job_id"]): StoredJob(
-                r["tenant"],
-                r["job_id"],
-                orjson.loads(r["document"]),
-                r["status"],
-                r["version"],
-                r["next_run_at"],
-                r["intake_partition"],
-                r["intake_offset"],
-            )
-            for r in rows
-        }
+        loaded = {(r["tenant"], r["job_id"]): _stored_job(r) for r in rows}
         state: dict[tuple[str, str], StoredJob] = dict(loaded)
         results = []
         for op in ops:
@@ -286,17 +358,15 @@ class RegistryStore:
             return applied
         if isinstance(op.request, BackfillRequest):
             window = op.request
-            timing = self._spec_of(job).timing
             now = await on_demand.db_now_ms(conn)
             try:
-                planned = await asyncio.to_thread(
-                    on_demand.occurrences,
-                    timing,
-                    window.from_ms,
-                    window.to_ms,
-                    now,
-                    self.run_limits,
-                )
+                if window.plan is not None and window.plan.version == job.version:
+                    # Counted before the transaction for this very version: only the
+                    # arithmetic checks depend on the moment.
+                    on_demand.check_range(window.from_ms, window.to_ms, now, self.run_limits)
+                    planned = list(window.plan.occurrences)
+                else:
+                    planned = await self._occurrences(job, window, now)
             except BackfillRefused as refused:
                 return Applied(op, Outcome.REFUSED, job, problem=refused)
             done = await on_demand.backfill(conn, op.tenant, op.job_id, planned, self.run_limits)
@@ -411,6 +481,31 @@ class RegistryStore:
         """The active keys whose stored prefix is one of `prefixes`."""
         rows = await self.pool.fetch(QUERIES["api_keys_active_by_prefixes"], list(prefixes))
         return [SigningKey(bytes(r["key_hash"]), r["prefix"], r["tenant"]) for r in rows]
+
+    async def remember_message_ids(
+        self, topic: str, ids: Sequence[tuple[str, str, int, int, int]], keep_ms: int
+    ) -> dict[tuple[str, str], tuple[str, int, int]]:
+        """Remember signed registrations' message ids, given as (tenant, message id,
+        partition, offset, signed at ms), each (tenant, id) once, for `keep_ms` past their
+        signing; answers where each was first received: (topic, partition, offset)."""
+        rows = await self.pool.fetch(
+            QUERIES["registration_ids_remember"],
+            [i[0] for i in ids],
+            [i[1] for i in ids],
+            topic,
+            [i[2] for i in ids],
+            [i[3] for i in ids],
+            [i[4] for i in ids],
+            keep_ms,
+        )
+        return {
+            (r["tenant"], r["message_id"]): (
+                r["source_topic"],
+                r["source_partition"],
+                r["source_offset"],
+            )
+            for r in rows
+        }
 
     async def existing_tenants(self, names: Sequence[str]) -> set[str]:
         rows = await self.pool.fetch(QUERIES["tenants_existing"], list(set(names)))

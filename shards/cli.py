@@ -32,8 +32,7 @@ def scheduler(member_id: str | None, metrics_port: int | None) -> None:
     from kazoo.handlers.threading import KazooTimeoutError
 
     from tickwheel import logs
-    from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings
-    from tickwheel.config import redact_dsn
+    from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings, startup_failed
     from tickwheel.shards.service import serve
 
     if member_id is not None and not ID_FORM.match(member_id):
@@ -45,12 +44,10 @@ def scheduler(member_id: str | None, metrics_port: int | None) -> None:
     except (
         OSError,
         asyncpg.PostgresError,
+        asyncpg.ClientConfigurationError,
         KafkaException,
         KazooException,
         KazooTimeoutError,
     ) as exc:
-        fail(
-            f"scheduler cannot start (Postgres at {redact_dsn(s.effective_dsn)}, Kafka at "
-            f"{s.effective_kafka}, ZooKeeper at {s.effective_zk}): {type(exc).__name__}: {exc}"
-        )
+        startup_failed("scheduler", s, exc, zk=True)
     sys.exit(code)

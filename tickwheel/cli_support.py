@@ -78,6 +78,24 @@ def cannot_connect(dsn: str, exc: BaseException) -> str:
     return f"cannot connect to Postgres at {redact_dsn(dsn)}: {reason(exc)}"
 
 
+def dsn_refused(exc: BaseException) -> str:
+    """The sentence for a DSN the Postgres client cannot use (a bad setting, exit 2)."""
+    return f"TICKWHEEL_DSN cannot be used: {reason(exc)}"
+
+
+def startup_failed(process: str, s: Settings, exc: BaseException, *, zk: bool = False) -> NoReturn:
+    """End a long-running command that could not start: one line naming the services (the DSN
+    redacted) and the error; exit 2 when the DSN itself is what is wrong, else 1."""
+    import asyncpg
+
+    if isinstance(exc, asyncpg.ClientConfigurationError):
+        fail(f"{process} cannot start: {dsn_refused(exc)}", EXIT_BAD_INPUT)
+    where = f"Postgres at {redact_dsn(s.effective_dsn)}, Kafka at {s.effective_kafka}"
+    if zk:
+        where += f", ZooKeeper at {s.effective_zk}"
+    fail(f"{process} cannot start ({where}): {type(exc).__name__}: {exc}")
+
+
 class OneLineCommand(click.Command):
     """A command whose usage errors print as a single `Error: …` line."""
 
@@ -112,7 +130,14 @@ def one_line_errors(fn: Callable[P, T]) -> Callable[P, T]:
             code = EXIT_ENVIRONMENT
             message = f"the database schema is not current ({exc}): run `tickwheel db migrate`"
         except asyncpg.PostgresError as exc:
-            code, message = EXIT_ENVIRONMENT, f"Postgres refused: {type(exc).__name__}: {exc}"
+            from tickwheel.db import domain_error
+
+            if (known := domain_error(exc)) is not None:  # a constraint: the input is wrong
+                code, message = EXIT_BAD_INPUT, str(known)
+            else:
+                code, message = EXIT_ENVIRONMENT, f"Postgres refused: {type(exc).__name__}: {exc}"
+        except asyncpg.ClientConfigurationError as exc:
+            code, message = EXIT_BAD_INPUT, dsn_refused(exc)
         except (OSError, asyncpg.InterfaceError) as exc:
             code, message = EXIT_ENVIRONMENT, f"lost Postgres: {reason(exc)}"
         # Postgres adds HINT and DETAIL lines; the user gets one line.
@@ -141,6 +166,8 @@ async def reach_postgres(s: Settings, opener: Callable[[str], Awaitable[T]]) -> 
             f"Postgres at {redact_dsn(s.effective_dsn)} did not answer within "
             f"{PG_CONNECT_TIMEOUT_S:g} s"
         ) from None
+    except asyncpg.ClientConfigurationError as exc:
+        raise BadInput(dsn_refused(exc)) from None
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise Unavailable(cannot_connect(s.effective_dsn, exc)) from None
 

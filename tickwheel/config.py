@@ -8,8 +8,10 @@ means "the local stack of `tickwheel dev`", whose addresses follow from the `dev
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, get_origin
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import (
@@ -68,11 +70,19 @@ class Settings(BaseSettings):
         description="reject registrations from Kafka that are not signed with an API key of "
         "their tenant (header tickwheel-signature)",
     )
+    intake_signature_window_s: int = Field(
+        86_400,
+        ge=60,
+        le=30 * 86_400,
+        description="how old a signed registration may be when the intake reads it, seconds "
+        "(older: rejected as expired; its message id is remembered this long to refuse replays)",
+    )
     backfill_max_runs: int = Field(
         10_000,
         ge=1,
         le=1_000_000,
-        description="occurrences one backfill request may run at most (more: 422 with the count)",
+        description="occurrences one backfill request may run at most (more: 422 saying where "
+        "to split the range)",
     )
     backfill_rate_per_s: float = Field(
         100.0,
@@ -186,6 +196,36 @@ class Settings(BaseSettings):
     )
     dev_zk_port: int = Field(52181, ge=1, le=65535, description="dev stack ZooKeeper port")
 
+    @field_validator("dsn")
+    @classmethod
+    def _dsn_readable(cls, value: str | None) -> str | None:
+        return check_dsn(value) if value else value
+
+    @field_validator("kafka")
+    @classmethod
+    def _kafka_hosts(cls, value: str | None) -> str | None:
+        return check_hosts(value, "the Kafka bootstrap servers") if value else value
+
+    @field_validator("zk")
+    @classmethod
+    def _zk_hosts(cls, value: str | None) -> str | None:
+        return check_hosts(value, "the ZooKeeper servers", chroot=True) if value else value
+
+    @field_validator("target_allowlist")
+    @classmethod
+    def _allowlist_readable(cls, value: list[str]) -> list[str]:
+        from tickwheel.target_rules import TargetError, parse_entry
+
+        for entry in value:
+            try:
+                parse_entry(entry)
+            except TargetError as exc:
+                raise ValueError(
+                    f"entry {entry!r}: {exc.message} (an entry is a URL prefix, then "
+                    "optionally the private address ranges its host may resolve to)"
+                ) from None
+        return value
+
     @field_validator("priority_weights")
     @classmethod
     def _weights_cover_priorities(cls, value: dict[str, int]) -> dict[str, int]:
@@ -227,23 +267,98 @@ class Settings(BaseSettings):
         return self.zk or f"127.0.0.1:{self.dev_zk_port}"
 
 
-def redact_dsn(dsn: str) -> str:
-    """The DSN with its password replaced by ***: for every message and status line."""
-    from urllib.parse import urlsplit, urlunsplit
+# A secret's name in a DSN's query (`?password=…`) or in a keyword/value string
+# (`password=… host=…`, the value bare or in single quotes with backslash escapes).
+_SECRET_NAMES = r"(?:ssl)?password"
+_QUERY_SECRET = re.compile(rf"(?i)([?&]{_SECRET_NAMES}=)[^&#]*")
+_KEYWORD_SECRET = re.compile(rf"(?i)(\b{_SECRET_NAMES}\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S*)")
 
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN with every password replaced by ***: for every message, status line and error.
+
+    The one place that knows where a DSN keeps its secrets: the userinfo of a URL (`user:pw@`,
+    multi-host `user:pw@h1,h2` included), its query (`?password=`, `&sslpassword=`), and the
+    keyword/value form (`host=h password=pw`, quoted or not). In doubt it hides more: the
+    userinfo is taken up to the last `@`, since an unencoded `@`, `/` or `?` in a password is
+    a DSN that parsers split in different places.
+    """
+    scheme, sep, rest = dsn.partition("://")
+    if not sep:
+        return _KEYWORD_SECRET.sub(r"\1***", dsn)
+    at = rest.rfind("@")
+    if at >= 0:
+        user, colon, _ = rest[:at].partition(":")
+        if colon:
+            rest = f"{user}:***{rest[at:]}"
+    return scheme + "://" + _QUERY_SECRET.sub(r"\1***", rest)
+
+
+def check_dsn(dsn: str) -> str:
+    """`dsn` if it is a Postgres URL that asyncpg can read, else ValueError saying why (without
+    the DSN: its password would be printed)."""
+    scheme, sep, _ = dsn.partition("://")
+    if not sep or scheme not in ("postgresql", "postgres"):
+        raise ValueError(
+            "must be a postgresql:// URL (postgresql://user:password@host:port/database); "
+            "the keyword/value form (host=… dbname=…) is not supported"
+        )
     try:
         parts = urlsplit(dsn)
-        if parts.password is None:
-            return dsn
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-        return urlunsplit(parts._replace(netloc=netloc))
-    except ValueError:
-        return "<unparsable DSN>"
+    except ValueError as exc:
+        raise ValueError(f"is not a URL that can be read: {exc}") from None
+    hosts = parts.netloc.rpartition("@")[2]
+    for host in filter(None, hosts.split(",")):
+        name, port = _host_port(host)
+        if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(f"names host {name!r} with port {port!r}, not a number 1-65535")
+    return dsn
+
+
+def _host_port(spec: str) -> tuple[str, str | None]:
+    """(host, port or None) of `host[:port]` or `[v6]:port`."""
+    if spec.startswith("["):
+        host, _, after = spec[1:].partition("]")
+        return host, after[1:] if after.startswith(":") else (after or None)
+    host, colon, port = spec.rpartition(":")
+    return (host, port) if colon else (spec, None)
+
+
+def check_hosts(value: str, what: str, *, chroot: bool = False) -> str:
+    """`value` if it is a comma-separated list of `host[:port]` (ZooKeeper's may end with a
+    `/chroot` path), else ValueError naming the entry at fault."""
+    hosts = value
+    if chroot and "/" in value:
+        hosts = value[: value.index("/")]
+    entries = [h.strip() for h in hosts.split(",")]
+    if not any(entries):
+        raise ValueError(f"must list {what} as host:port[,host:port…]")
+    for entry in entries:
+        name, port = _host_port(entry)
+        if not name or not all(c.isalnum() or c in ".-_:" for c in name):
+            raise ValueError(f"has {entry!r}, which is not host:port")
+        if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(f"has {entry!r}, whose port is not a number 1-65535")
+    return value
+
+
+_UNPARSED_FIELD = re.compile(r'field "(?P<field>\w+)"')
+_JSON_EXAMPLES: dict[Any, str] = {
+    list: 'a JSON list, e.g. ["https://hooks.example.com/"]',
+    dict: 'a JSON object, e.g. {"high": 6, "normal": 3, "low": 1}',
+}
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Read the settings, turning pydantic's report into one sentence per bad field."""
+    """Read the settings, turning pydantic's report into one sentence per bad field.
+
+    Every way a setting can be wrong ends here as a ConfigError: a value of the wrong form, a
+    value that is not the JSON its field needs (a list, an object), a TOML file that does not
+    parse. None of them quotes a DSN (its password)."""
+    import tomllib
+
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     try:
         return Settings(**overrides)
@@ -252,4 +367,20 @@ def load_settings(**overrides: Any) -> Settings:
             f"TICKWHEEL_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
             for err in exc.errors()
         )
-        raise ConfigError(problems) from None
+        raise ConfigError(problems.replace("Value error, ", "")) from None
+    except SettingsError as exc:
+        match = _UNPARSED_FIELD.search(str(exc))
+        field = match["field"] if match else ""
+        shape = get_origin(Settings.model_fields[field].annotation) if field else None
+        example = _JSON_EXAMPLES.get(shape, "JSON")
+        raise ConfigError(
+            f"TICKWHEEL_{field.upper()} cannot be read: it must be {example} "
+            f"({exc.__cause__ or exc})"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(
+            f"TICKWHEEL_CONFIG names {os.environ.get('TICKWHEEL_CONFIG')!r}, which is not "
+            f"valid TOML: {exc}"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"TICKWHEEL_CONFIG cannot be read: {exc}") from None

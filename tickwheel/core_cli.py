@@ -10,7 +10,6 @@ import click
 
 from tickwheel.cli_support import (
     OneLineCommand,
-    cannot_connect,
     emit_json,
     fail,
     one_line_errors,
@@ -27,26 +26,8 @@ def db() -> None:
 
 
 def _run_db(action: Callable[[Any], Awaitable[T]]) -> T:
-    import asyncio
-
-    import asyncpg
-
-    from tickwheel import db as dbmod
-
-    async def go() -> T:
-        dsn = settings().effective_dsn
-        try:
-            conn = await dbmod.connect(dsn)
-        except Exception as exc:  # unreachable or refused: one line, not a trace
-            fail(cannot_connect(dsn, exc))
-        try:
-            return await action(conn)
-        except asyncpg.PostgresError as exc:  # e.g. no privilege, a migration that fails
-            fail(f"Postgres refused: {type(exc).__name__}: {exc}")
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
+    """`action(connection)` on the configured Postgres; failures end in one line."""
+    return one_line_errors(with_db)(action)
 
 
 @db.command("migrate")
@@ -137,6 +118,7 @@ def gc(as_json: bool, keep_days: int | None) -> None:
     click.echo(f"removed completed one-off jobs: {report.removed_jobs}")
     click.echo(f"removed replay records: {report.removed_replay_records}")
     click.echo(f"removed trigger idempotency keys: {report.removed_trigger_keys}")
+    click.echo(f"removed registration message ids: {report.removed_registration_ids}")
 
 
 # The one retention command, also under the name it had beside the partition upkeep.

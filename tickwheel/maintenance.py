@@ -17,7 +17,9 @@ What retention removes, given `retention_days` (the cutoff is the start of the U
   run is older than the cutoff too, so it went with its partition); removed in batches of
   `JOB_BATCH` so that no statement holds many row locks for long;
 - the per-run records of replays older than the cutoff (the replay summaries stay);
-- trigger idempotency keys older than a day (they answer nothing after 24 hours anyway).
+- trigger idempotency keys older than a day (they answer nothing after 24 hours anyway);
+- the message ids of signed registrations past their expiry (their signature window, after
+  which the intake refuses the message by its signing instant alone).
 
 Running it twice removes nothing more; it is safe to run from several processes at once
 (partition upkeep takes an advisory lock, job removal skips rows another remover holds).
@@ -48,6 +50,7 @@ class GcReport:
     removed_jobs: int = 0
     removed_replay_records: int = 0
     removed_trigger_keys: int = 0
+    removed_registration_ids: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +59,7 @@ class GcReport:
             "removed_jobs": self.removed_jobs,
             "removed_replay_records": self.removed_replay_records,
             "removed_trigger_keys": self.removed_trigger_keys,
+            "removed_registration_ids": self.removed_registration_ids,
         }
 
 
@@ -80,7 +84,15 @@ async def run_gc(
             break
     status = await conn.execute(QUERIES["gc_replay_audit_runs"], cutoff)
     keys = await conn.execute(QUERIES["gc_trigger_requests"])
-    return GcReport(keep_from, dropped, removed, int(status.split()[-1]), int(keys.split()[-1]))
+    ids = await conn.execute(QUERIES["gc_registration_ids"])
+    return GcReport(
+        keep_from,
+        dropped,
+        removed,
+        int(status.split()[-1]),
+        int(keys.split()[-1]),
+        int(ids.split()[-1]),
+    )
 
 
 @dataclass

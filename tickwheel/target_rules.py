@@ -6,17 +6,20 @@ time, so that a rule tightened later also holds for jobs stored before:
     check_target_url(url, allowlist) -> the normalised URL, or TargetError
     check_headers(headers)           -> None, or TargetError
 
-The allowlist holds URL prefixes chosen by the operator. What is compared against it is the
-URL as a server will read it, never the raw string, so nothing that a server or proxy would
-interpret differently from us may pass:
+The allowlist holds URL prefixes chosen by the operator, each optionally followed by the
+address ranges its host may resolve to when they are private (`https://billing.internal/hooks
+10.20.0.0/16 fd12::/48`; see `workers/targets.py` for which addresses need that). What is
+compared against it is the URL as a server will read it, never the raw string, so nothing
+that a server or proxy would interpret differently from us may pass:
 
 - only ASCII printable characters: no control characters (CR/LF would split the request line),
   no spaces, no backslashes (some servers read them as `/`);
 - no credentials (`user:password@host`): they would be stored and echoed back, and a header
   is the place for a secret;
 - no dot segments, literal or encoded (`..`, `%2e%2e`, `.%2E`, `..;/`), no encoded slash or
-  backslash in the path (`..%2fadmin`), also after decoding twice (`%252e`): a server that
-  decodes them would walk out of the allowed prefix;
+  backslash in the path (`..%2fadmin`), however many times encoded (`%252e`, `%25252e`: each
+  segment is decoded until nothing changes, which takes at most one round per `%`): a server
+  or a chain of proxies that decodes them would walk out of the allowed prefix;
 - no fragment (never sent);
 - scheme and host compared case-insensitively, the default port dropped, an empty path made
   `/`; then the path must equal an entry's path or continue it at a segment boundary
@@ -31,6 +34,7 @@ HEADERS_MAX_BYTES in total.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -64,7 +68,6 @@ _URL_CHARS = re.compile(r"[\x21-\x7e]+")  # visible ASCII: no controls, no space
 _HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
 _IPV6 = re.compile(r"[0-9a-f:.]+")
 _ENCODED_SEPARATOR = re.compile(r"%(2f|5c)", re.IGNORECASE)
-DECODE_ROUNDS = 3  # how many rounds of percent-decoding a path segment is checked after
 
 
 class TargetError(ValueError):
@@ -114,7 +117,9 @@ def _split(url: str, field: str) -> SplitResult:
 def _check_path(path: str, field: str) -> None:
     for segment in path.split("/"):
         decoded = segment
-        for _ in range(DECODE_ROUNDS):
+        # Each round that changes the text removes at least two characters, so this ends;
+        # a URL is at most 2,048 characters.
+        while True:
             if _ENCODED_SEPARATOR.search(decoded) or "\\" in decoded:
                 raise TargetError(
                     field, "must not contain an encoded '/' or '\\' in its path (%2F, %5C)"
@@ -153,11 +158,42 @@ def _allows(entry: SplitResult, url: SplitResult) -> bool:
     return url.path == base or url.path.startswith(base + "/")
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@functools.lru_cache(maxsize=256)
+def parse_entry(entry: str) -> tuple[str, tuple[Network, ...]]:
+    """(URL prefix, the address ranges it names) of an allowlist entry `URL [RANGE …]`;
+    TargetError (field `allowlist`) for a bad URL or range."""
+    words = entry.split()
+    if not words:
+        raise TargetError("allowlist", "has an empty entry")
+    url, *ranges = words
+    normalise_url(url, "allowlist")
+    networks = []
+    for text in ranges:
+        try:
+            networks.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            raise TargetError(
+                "allowlist", f"entry {url!r} names {text!r}, which is not an address range"
+            ) from None
+    return url, tuple(networks)
+
+
+def entry_networks(entry: str) -> tuple[Network, ...]:
+    """The address ranges an allowlist entry names (none for a bad entry)."""
+    try:
+        return parse_entry(entry)[1]
+    except TargetError:
+        return ()
+
+
 @functools.lru_cache(maxsize=256)
 def _entry(entry: str) -> SplitResult | None:
-    """An allowlist entry, normalised once (the operator's list rarely changes)."""
+    """An allowlist entry's URL, normalised once (the operator's list rarely changes)."""
     try:
-        return urlsplit(normalise_url(entry, "allowlist"))
+        return urlsplit(normalise_url(parse_entry(entry)[0], "allowlist"))
     except TargetError:
         return None
 

@@ -35,8 +35,7 @@ def worker(
     import uvloop
 
     from tickwheel import logs
-    from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings
-    from tickwheel.config import redact_dsn
+    from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings, startup_failed
     from tickwheel.workers.handlers import HandlerLoadError, load_modules
     from tickwheel.workers.service import default_worker_id, serve
 
@@ -49,9 +48,6 @@ def worker(
     s = settings()
     try:
         code = uvloop.run(serve(s, worker_id or default_worker_id(), concurrency, metrics_port))
-    except (OSError, asyncpg.PostgresError) as exc:
-        fail(
-            f"worker cannot start (Postgres at {redact_dsn(s.effective_dsn)}, Kafka at "
-            f"{s.effective_kafka}): {type(exc).__name__}: {exc}"
-        )
+    except (OSError, asyncpg.PostgresError, asyncpg.ClientConfigurationError) as exc:
+        startup_failed("worker", s, exc)
     sys.exit(code)

@@ -10,13 +10,24 @@ A job may name `"target": {"url", "method", "headers"}` instead of a handler. Fo
        loopback, link-local (which includes the cloud metadata address 169.254.169.254),
        unspecified, multicast or reserved address, or a known metadata address, is refused
        unless the matching allowlist entry names that very address (or `localhost` for
-       loopback). The request then goes to the checked address (the Host header and TLS SNI
-       keep the name), so a second DNS answer cannot swap in another address (DNS rebinding);
+       loopback) or a range holding it; a private address (10/8, 172.16/12, 192.168/16,
+       fc00::/7) likewise, unless the entry names it or a range holding it (`https://billing.
+       internal/ 10.20.0.0/16`): an allowlisted public name whose DNS answers with an address
+       inside our network must not reach it by default. The request then goes to the checked
+       address (the Host header and TLS SNI keep the name), so a second DNS answer cannot
+       swap in another address (DNS rebinding);
     3. the host's token bucket gives the pace (waiting for a token, not failing) and its
        circuit breaker, when open, fails the call fast as retryable;
     4. the response decides: 2xx success; 3xx with Location: next hop; 408, 429, 5xx,
        timeouts and connection errors retryable; any other status permanent. A refused URL
        or address is permanent: retrying cannot make it allowed.
+
+A hop to another origin (scheme, host or port) than the job's URL carries none of the job's
+own headers (`target.headers`): they are where a job keeps its credentials (`Authorization`,
+an API key header, cookies), meant for the host it names. Browsers, curl, requests and httpx
+drop `Authorization` on such a redirect; we cannot tell which other header is a secret, so
+every one of them stays behind. The one exception is the upgrade of the same host from http
+to https on default ports (as httpx allows). `Idempotency-Key` is ours and always sent.
 
 The request carries `Idempotency-Key: <run key>`, so a downstream can drop the second
 delivery of an at-least-once run. The body is the job's payload as JSON.
@@ -40,7 +51,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx
 import orjson
 
-from tickwheel.target_rules import TargetError, matching_entry
+from tickwheel.target_rules import TargetError, entry_networks, matching_entry
 from tickwheel.workers.handlers import PermanentError
 from tickwheel.workers.limits import CircuitBreaker, TokenBucket
 
@@ -49,6 +60,11 @@ MAX_REDIRECTS = 5
 # instance metadata on some clouds (AWS IPv6, Alibaba).
 METADATA_ADDRESSES = frozenset(
     ipaddress.ip_address(a) for a in ("fd00:ec2::254", "100.100.100.200")
+)
+# Private ranges (RFC 1918, and RFC 4193's unique local IPv6): a target may resolve into one
+# only under an allowlist entry naming it.
+PRIVATE_NETWORKS = tuple(
+    ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
 )
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 RETRYABLE_STATUSES = frozenset({408, 429})
@@ -84,6 +100,23 @@ def _port(parts: Any) -> int:
     return int(parts.port or (443 if parts.scheme == "https" else 80))
 
 
+def same_origin(first: str, hop: str) -> bool:
+    """Whether a redirect hop to `hop` may carry the headers meant for `first` (module
+    docstring): same scheme, host and port, or the same host upgraded from http to https on
+    the default ports."""
+    try:
+        a, b = urlsplit(first), urlsplit(hop)
+        ports = _port(a), _port(b)
+    except ValueError:
+        return False
+    scheme_a, scheme_b = a.scheme.lower(), b.scheme.lower()
+    if a.hostname != b.hostname:
+        return False
+    if (scheme_a, ports[0]) == (scheme_b, ports[1]):
+        return True
+    return (scheme_a, scheme_b, ports) == ("http", "https", (80, 443))
+
+
 def special_address(address: Address) -> bool:
     """Loopback, link-local, metadata and the like: never a target unless allowlisted."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
@@ -98,11 +131,24 @@ def special_address(address: Address) -> bool:
     )
 
 
+def private_address(address: Address) -> bool:
+    """In one of PRIVATE_NETWORKS (also IPv4-mapped)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in PRIVATE_NETWORKS)
+
+
 def address_permitted(address: Address, entry: str) -> bool:
     """May `address` be called under allowlist `entry`? (Step 2 of the module docstring.)"""
-    if not special_address(address):
+    if not special_address(address) and not private_address(address):
         return True
-    host = urlsplit(entry).hostname or ""
+    forms = [address]
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        forms.append(address.ipv4_mapped)
+    if any(form in network for network in entry_networks(entry) for form in forms):
+        return True
+    url = entry.split()[0] if entry.strip() else ""
+    host = urlsplit(url).hostname or ""
     if host == "localhost":
         return address.is_loopback or (
             isinstance(address, ipaddress.IPv6Address)
@@ -147,8 +193,10 @@ class HttpTargets:
         if not isinstance(extra, dict):
             raise PermanentError("target.headers must be an object of strings")
         body: bytes | None = orjson.dumps(payload)
+        origin = url
         for _hop in range(MAX_REDIRECTS + 1):
-            response = await self._send(url, method, extra, body, run_key)
+            headers = extra if same_origin(origin, url) else {}
+            response = await self._send(url, method, headers, body, run_key)
             status = response.status_code
             if status in REDIRECT_STATUSES and "location" in response.headers:
                 url = urljoin(url, response.headers["location"])
@@ -226,7 +274,8 @@ class HttpTargets:
         if refused or not addresses:
             raise PermanentError(
                 f"target host {host!r} resolves to {refused[0] if refused else 'nothing'}, "
-                "a loopback, link-local or metadata address that is not allowlisted"
+                "a loopback, link-local, metadata or private address that its allowlist "
+                "entry does not name"
             )
         return addresses[0]
 

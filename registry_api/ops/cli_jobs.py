@@ -162,9 +162,15 @@ _TENANT_OPTION = click.option(
 @_JSON_OPTION
 def jobs_trigger(job: str, tenant: str | None, idempotency_key: str | None, as_json: bool) -> None:
     """Run JOB once now, outside its schedule (paused jobs too), through the scheduler."""
+    from tickwheel.registry_api.document import JobValidationError
+    from tickwheel.registry_api.on_demand import checked_idempotency_key
     from tickwheel.registry_api.ops.jobs import trigger_job
 
     tenant, job_id = resolve_job(job, tenant)
+    try:
+        checked_idempotency_key(idempotency_key, "--idempotency-key")
+    except JobValidationError as exc:
+        raise BadInput(str(exc)) from None
     result = _with_store(lambda store: trigger_job(store, tenant, job_id, idempotency_key))
     if as_json:
         emit_json(result)
@@ -199,13 +205,19 @@ def jobs_backfill(
 
     Each occurrence runs under its own run key, released at TICKWHEEL_BACKFILL_RATE_PER_S.
     """
-    from tickwheel.registry_api.on_demand import BackfillRequest
+    from tickwheel.clock import now_ms
+    from tickwheel.registry_api.on_demand import BackfillRefused, BackfillRequest, check_range
     from tickwheel.registry_api.ops.jobs import backfill_dispatched, backfill_job
+    from tickwheel.registry_api.service import run_limits_of
 
     tenant, job_id = resolve_job(job, tenant)
     window = BackfillRequest(
         parse_instant_option(from_, "--from"), parse_instant_option(to, "--to")
     )
+    try:  # what arithmetic can refuse is refused before connecting (the store checks again)
+        check_range(window.from_ms, window.to_ms, now_ms(), run_limits_of(settings()))
+    except BackfillRefused as refused:
+        raise BadInput(f"--{refused.field}: {refused.message}") from None
     result = _with_store(lambda store: backfill_job(store, tenant, job_id, window, dry_run=dry_run))
     if as_json:
         emit_json({k: v for k, v in result.items() if not k.endswith("_ms")})

@@ -2,47 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import click
 
-from tickwheel.cli_support import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, cannot_connect, fail, settings
+from tickwheel.cli_support import BadInput, command, with_pool
+from tickwheel.registry_api.ops.forms import checked_operator_name
 
 T = TypeVar("T")
 
 
-def _with_keys(action: Callable[..., Awaitable[T]], what: str) -> T:
-    """Run `action(OperatorKeys)` on a one-connection pool; one line on stderr if it fails."""
-    import asyncpg
-
-    from tickwheel import db as dbmod
+def _with_keys(action: Callable[..., Awaitable[T]]) -> T:
+    """Run `action(OperatorKeys)` on a one-connection pool (failures: cli_support's lines)."""
     from tickwheel.registry_api.ops.keys import OperatorKeys
 
-    dsn = settings().effective_dsn
-
-    async def go() -> T:
-        pool = await dbmod.create_pool(dsn, min_size=1, max_size=1)
-        try:
-            return await action(OperatorKeys(pool))
-        finally:
-            await pool.close()
-
-    try:
-        return asyncio.run(go())
-    except (asyncpg.UndefinedTableError, asyncpg.UndefinedColumnError) as exc:
-        fail(
-            f"cannot {what}: the database schema is not current ({exc}): run `tickwheel db migrate`"
-        )
-    except asyncpg.PostgresError as exc:
-        err = dbmod.domain_error(exc)
-        fail(
-            str(err) if err else f"cannot {what}: {exc}",
-            EXIT_BAD_INPUT if err else EXIT_ENVIRONMENT,
-        )
-    except OSError as exc:
-        fail(cannot_connect(dsn, exc))
+    return with_pool(lambda pool: action(OperatorKeys(pool)))
 
 
 @click.group("operator-key")
@@ -50,20 +25,22 @@ def operator_key() -> None:
     """Operator keys: they open the cross-tenant endpoints /v1/ops/… and the /ui status page."""
 
 
-@operator_key.command("add")
+@command(operator_key, "add")
 @click.argument("name")
 def operator_key_add(name: str) -> None:
     """Create an operator key for NAME; it is printed once, as the last line."""
-    key = _with_keys(lambda keys: keys.create(name), f"create an operator key for {name!r}")
+    checked_operator_name(name)
+    key = _with_keys(lambda keys: keys.create(name))
     click.echo(f"operator key {name} created; the key (shown once, stored only hashed):")
     click.echo(key)
 
 
-@operator_key.command("revoke")
+@command(operator_key, "revoke")
 @click.argument("name")
 def operator_key_revoke(name: str) -> None:
     """Revoke NAME's operator key (a running registry stops accepting it within 5 s)."""
-    prefix = _with_keys(lambda keys: keys.revoke(name), f"revoke the key of {name!r}")
+    checked_operator_name(name)
+    prefix = _with_keys(lambda keys: keys.revoke(name))
     if prefix is None:
-        fail(f"there is no active operator key named {name!r}", EXIT_BAD_INPUT)
+        raise BadInput(f"there is no active operator key named {name!r}")
     click.echo(f"operator key {name} ({prefix}…) revoked")

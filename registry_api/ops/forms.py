@@ -10,12 +10,16 @@ import os
 import re
 
 from tickwheel.cli_support import BadInput
+from tickwheel.domain import JOB_ID_FORM, JOB_ID_PATTERN, TENANT_FORM, TENANT_PATTERN
 from tickwheel.schedule.errors import ScheduleError
 from tickwheel.schedule.instants import parse_instant
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _DURATION_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(?:/s)?$")
+# An operator's name, as the `operator_keys_name_form` constraint (migration 0005) holds it.
+OPERATOR_NAME_RULE = "[A-Za-z0-9._@-]{1,64}"
+_OPERATOR_NAME = re.compile(OPERATOR_NAME_RULE)
 
 
 def parse_since(text: str, now: int) -> int:
@@ -56,7 +60,7 @@ def parse_job_key(text: str) -> tuple[str, str]:
     tenant, slash, job_id = text.partition("/")
     if not slash or not tenant or not job_id or "/" in job_id:
         raise BadInput(f"JOB must look like <tenant>/<job_id>, not {text!r}")
-    return tenant, job_id
+    return _checked_identity(tenant, job_id)
 
 
 def resolve_job(job: str, tenant: str | None) -> tuple[str, str]:
@@ -65,7 +69,24 @@ def resolve_job(job: str, tenant: str | None) -> tuple[str, str]:
         return parse_job_key(job)
     if "/" in job:
         raise BadInput(f"with --tenant, JOB is the job id alone, not {job!r}")
-    return tenant, job
+    return _checked_identity(tenant, job)
+
+
+def _checked_identity(tenant: str, job_id: str) -> tuple[str, str]:
+    """The parts as the ledger holds them (so '.' and '..', stored before issue 28, still
+    name their jobs), or BadInput before any connection is made."""
+    if not TENANT_FORM.fullmatch(tenant):
+        raise BadInput(f"the tenant must match {TENANT_PATTERN[1:-1]}, not {tenant!r}")
+    if not JOB_ID_FORM.fullmatch(job_id):
+        raise BadInput(f"the job id must match {JOB_ID_PATTERN[1:-1]}, not {job_id!r}")
+    return tenant, job_id
+
+
+def checked_operator_name(name: str) -> str:
+    """NAME of `operator-key add|revoke`, or BadInput before any connection is made."""
+    if not _OPERATOR_NAME.fullmatch(name):
+        raise BadInput(f"name: must match {OPERATOR_NAME_RULE}, not {name!r}")
+    return name
 
 
 def operator_name() -> str:

@@ -2,9 +2,11 @@
 
 Every `/v1/ops/…` endpoint needs an operator key (`tickwheel operator-key add NAME`) as
 `Authorization: Bearer <key>`: no key is a 401, a tenant's API key a 403 (a tenant sees only
-its own jobs), an unknown or revoked key a 401. Operator keys have a lookup path of their own
-(`OperatorKeys`, `operator_keys` table) beside the tenants' (auth.py); known keys are trusted
-for `OPERATOR_KEY_CACHE_TTL_S`, so a revoked key stops working within that.
+its own jobs), an unknown or revoked key a 401; each of them draws from the client's budget
+of failed authentications, shared with the tenants' endpoints (429 past it). Operator keys
+have a lookup path of their own (`OperatorKeys`, `operator_keys` table) beside the tenants'
+(auth.py); known keys are trusted for `OPERATOR_KEY_CACHE_TTL_S`, so a revoked key stops
+working within that.
 
 The page itself (`ui/index.html`, `ui/app.js`, `ui/app.css`, shipped in the package, no build
 step and nothing fetched from elsewhere) is public: it holds no data. It asks for the operator
@@ -28,7 +30,7 @@ from tickwheel.registry_api.errors import ApiError, JsonResponse
 from tickwheel.registry_api.models import ErrorBody
 from tickwheel.registry_api.ops.keys import OperatorKeys
 from tickwheel.registry_api.ops.store import BUCKET_MS, OpsStore
-from tickwheel.registry_api.params import Ctx, Registry, registry_of
+from tickwheel.registry_api.params import Ctx, Registry, registry_of, within_failed_auth_limit
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -76,20 +78,27 @@ async def operator_of(
     request: Request,
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_operator_bearer)],
 ) -> str:
-    """The operator's name, from the request's bearer key (401, or 403 for a tenant key)."""
-    key = bearer_key(request.headers.get("authorization"))
-    name = await _operator_keys(request).tenant(key)
-    if name is not None:
-        request.state.tenant = f"operator:{name}"  # the request log's who
-        return name
-    if await registry_of(request).keys.tenant(key) is not None:
-        raise ApiError(
-            403,
-            "forbidden",
-            "this endpoint shows every tenant's data and needs an operator key "
-            "('tickwheel operator-key add NAME'), not a tenant's API key",
-        )
-    raise AuthProblem("the operator key is not valid (unknown or revoked)", invalid_token=True)
+    """The operator's name, from the request's bearer key (401, or 403 for a tenant key),
+    under the same budget of failed authentications as the tenants' endpoints: a 403 tells
+    a valid tenant key from an invalid one, so it draws from the budget like a 401, and
+    guessing keys here is no cheaper than on /v1/jobs."""
+
+    async def operator() -> str:
+        key = bearer_key(request.headers.get("authorization"))
+        name = await _operator_keys(request).tenant(key)
+        if name is not None:
+            request.state.tenant = f"operator:{name}"  # the request log's who
+            return name
+        if await registry_of(request).keys.tenant(key) is not None:
+            raise ApiError(
+                403,
+                "forbidden",
+                "this endpoint shows every tenant's data and needs an operator key "
+                "('tickwheel operator-key add NAME'), not a tenant's API key",
+            )
+        raise AuthProblem("the operator key is not valid (unknown or revoked)", invalid_token=True)
+
+    return await within_failed_auth_limit(request, operator)
 
 
 Operator = Annotated[str, Depends(operator_of)]

@@ -26,13 +26,16 @@ from typing import Any
 import asyncpg
 import orjson
 import pytest
+from confluent_kafka import TopicPartition
 from kazoo.client import KazooClient, KazooState
 from kazoo.protocol.connection import _CONNECTION_DROP
 
 from tickwheel.clock import now_ms
 from tickwheel.config import Settings, load_settings
 from tickwheel.envelopes import RunEnvelope
+from tickwheel.kafka import consumer
 from tickwheel.registry_api.document import Limits, parse_document, validate_job
+from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.state import Op
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import Process
@@ -298,3 +301,63 @@ def envelope_keys(found: list[tuple[RunEnvelope, dict[str, bytes]]]) -> list[str
 
 def dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
+
+
+# --- the registration intake -----------------------------------------------------------------
+
+
+def stack_settings(stack: Addresses, db_dsn: str, topics: Topics, **extra: Any) -> Settings:
+    """Settings on the test stack, a scratch database and a test's topics (16 shards)."""
+    return load_settings(
+        dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=16, **extra
+    )
+
+
+def _intake_partitions(settings: Settings, partitions: int = 2) -> list[TopicPartition]:
+    topic = Topics(settings.topic_prefix).registrations
+    return [TopicPartition(topic, p) for p in range(partitions)]
+
+
+def intake_committed(settings: Settings) -> int:
+    """Offsets of the registrations topic the intake's group has committed, summed."""
+    cons = consumer(
+        settings.effective_kafka, intake_group(settings), **{"enable.auto.commit": False}
+    )
+    try:
+        return sum(
+            max(0, tp.offset) for tp in cons.committed(_intake_partitions(settings), timeout=10)
+        )
+    finally:
+        cons.close()
+
+
+def rewind_intake(settings: Settings) -> None:
+    """Move the intake's group back to the start of the topic: every message is redelivered."""
+    cons = consumer(
+        settings.effective_kafka, intake_group(settings), **{"enable.auto.commit": False}
+    )
+    try:
+        start = [TopicPartition(tp.topic, tp.partition, 0) for tp in _intake_partitions(settings)]
+        cons.commit(offsets=start, asynchronous=False)
+    finally:
+        cons.close()
+
+
+async def run_intake_until(
+    settings: Settings, store: RegistryStore, committed: int, timeout_s: float = 60.0
+) -> None:
+    """Run an intake on this loop until `committed` offsets of the registrations topic are
+    committed; fail if it dies or takes longer than `timeout_s`."""
+    intake = make_intake(store, settings)
+    stop = asyncio.Event()
+    task = asyncio.create_task(intake.run(stop))
+    deadline = time.monotonic() + timeout_s
+    try:
+        while intake_committed(settings) < committed:
+            assert time.monotonic() < deadline, "the intake did not finish in time"
+            assert not task.done(), task
+            await asyncio.sleep(0.2)
+    finally:
+        stop.set()
+        await task
+        await intake.close()

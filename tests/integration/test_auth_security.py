@@ -81,6 +81,36 @@ async def test_failed_authentications_are_throttled_per_client(store: RegistrySt
         assert (await c.get("/v1/jobs", headers=good)).status_code == 200
 
 
+async def test_operator_endpoints_share_the_failed_authentication_budget(
+    store: RegistryStore,
+) -> None:
+    """issue 28 (low): failures on /v1/ops draw from the client's budget like those on
+    /v1/jobs — an unknown key (401) and a tenant's key (403, which tells a valid tenant key
+    from an invalid one) alike — so past the burst the client gets 429 there and on the
+    tenants' endpoints, before any key is looked up; another client is untouched"""
+    key = await store.create_tenant(f"rl-{uuid.uuid4().hex[:10]}")
+    app = create_app(store, Limits(shards=SHARDS))
+    guesser = httpx.ASGITransport(app=app, client=("203.0.113.9", 1234))
+    async with httpx.AsyncClient(transport=guesser, base_url="http://registry.test") as c:
+        tenant_key = {"Authorization": f"Bearer {key}"}
+        half = FAILED_AUTH_BURST // 2
+        codes = [
+            (await c.get("/v1/ops/shards", headers=tenant_key)).status_code for _ in range(half)
+        ]
+        codes += [
+            (await c.get("/v1/ops/dead", headers={"Authorization": "Bearer twop_x"})).status_code
+            for _ in range(FAILED_AUTH_BURST - half)
+        ]
+        assert codes == [403] * half + [401] * (FAILED_AUTH_BURST - half)
+        ops = await c.get("/v1/ops/shards", headers=tenant_key)
+        assert ops.status_code == 429 and int(ops.headers["Retry-After"]) >= 1
+        assert (await c.get("/v1/jobs", headers=tenant_key)).status_code == 429
+    other = httpx.ASGITransport(app=app, client=("203.0.113.10", 1234))
+    async with httpx.AsyncClient(transport=other, base_url="http://registry.test") as c:
+        assert (await c.get("/v1/ops/shards", headers=tenant_key)).status_code == 403
+        assert (await c.get("/v1/jobs", headers=tenant_key)).status_code == 200
+
+
 async def test_an_api_key_never_reaches_logs_or_metrics(
     store: RegistryStore, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -126,6 +126,47 @@ async def test_payload_nesting_limit_is_exact_over_http(
     assert list(refused) == ["payload" + ".0" * JSON_MAX_DEPTH]
 
 
+ENDLESS = "9" * 4301  # one digit past the interpreter's limit on integer conversion
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        (
+            "POST",
+            "/v1/jobs",
+            '{"id": "n", "schedule": "* * * * *", "handler": "a.b", "payload": {"n": %s}}',
+            "payload.n",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            '{"id": "n", "schedule": "* * * * *", "max_attempts": %s}',
+            "max_attempts",
+        ),
+        ("PATCH", "/v1/jobs/known", '{"payload": [0, %s]}', "payload.1"),
+        ("POST", "/v1/jobs/known/backfill", '{"from": %s, "to": "2026-01-01T00:00:00Z"}', "from"),
+    ],
+    ids=["post-payload", "post-field", "patch", "backfill"],
+)
+async def test_an_integer_of_4301_digits_is_a_422_naming_its_field(
+    client: httpx.AsyncClient, method: str, path: str, body: str, field: str
+) -> None:
+    """issue 28 finding 5: 4,301 digits anywhere in a body answers 422 naming the field (a 500
+    with the interpreter's 'Exceeds the limit (4300 digits)' before), and changes nothing"""
+    known = await client.post("/v1/jobs", json=_job("known"))
+    assert known.status_code == 201, known.text
+    response = await client.request(
+        method, path, content=body % ENDLESS, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 422, response.text
+    problems = {item["field"]: item["message"] for item in response.json()["detail"]}
+    assert "4,301 digits" in problems[field], problems
+    stored = (await client.get("/v1/jobs")).json()["items"]
+    assert [job["id"] for job in stored] == ["known"]
+    assert stored[0]["payload"] == {}
+
+
 @pytest.mark.parametrize(
     ("document", "field", "words"),
     [
@@ -168,3 +209,71 @@ async def test_target_url_is_stored_and_echoed_normalised(client: httpx.AsyncCli
     assert created.json()["target"]["url"] == "https://hooks.example.test/tickwheel/run"
     again = await client.post("/v1/jobs", json=document)
     assert (again.status_code, again.json()["version"]) == (200, 1)
+
+
+@pytest.mark.parametrize(
+    "key", ["tab\tinside", "k" * 256, "caf\u00e9"], ids=["control", "256-chars", "latin-1"]
+)
+async def test_an_idempotency_key_out_of_form_is_a_422_and_starts_nothing(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    """issue 28 (low): the Idempotency-Key follows the one rule of every path (1 to 255
+    printable ASCII characters): a control character, 256 characters or a non-ASCII one is a
+    422 naming the header, and no run is started"""
+    assert (await client.post("/v1/jobs", json=_job("idem"))).status_code == 201
+    response = await client.post(
+        "/v1/jobs/idem/trigger", headers={"Idempotency-Key": key.encode("latin-1")}
+    )
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["detail"]
+    assert problem["field"] == "Idempotency-Key"
+    assert "1 to 255 printable ASCII characters" in problem["message"]
+    assert (await client.get("/v1/jobs/idem/runs")).json()["items"] == []
+
+
+@pytest.mark.parametrize(
+    ("path", "location"),
+    [
+        ("/v1/jobs/", "/v1/jobs"),
+        ("/v1/jobs/?limit=5&cursor=x", "/v1/jobs?limit=5&cursor=x"),
+        ("/v1/jobs/some.job/", "/v1/jobs/some.job"),
+        ("/healthz/", "/healthz"),
+    ],
+)
+async def test_the_trailing_slash_redirect_names_no_host(
+    client: httpx.AsyncClient, path: str, location: str
+) -> None:
+    """issue 28 (low): the redirect of a trailing slash is the path alone, whatever Host the
+    request named (it was built from the Host header: http://evil.example/v1/jobs)"""
+    response = await client.get(path, headers={"Host": "evil.example"})
+    assert response.status_code == 307
+    assert response.headers["location"] == location
+
+
+async def test_a_path_no_route_has_either_way_is_a_404(client: httpx.AsyncClient) -> None:
+    """no route with or without the slash: the API's 404, no redirect"""
+    for path in ("/v1/nothing/", "//evil.example/", "/v2/jobs"):
+        response = await client.get(path, headers={"Host": "evil.example"})
+        assert response.status_code == 404, (path, response.headers)
+        assert "location" not in response.headers
+
+
+async def test_the_api_docs_are_served_from_the_registry_alone(client: httpx.AsyncClient) -> None:
+    """issue 28 (low): /docs names only paths of the registry (no CDN), each of which it
+    serves, under a CSP allowing scripts from this origin only; /redoc (a CDN page) is gone"""
+    import re
+
+    page = await client.get("/docs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "script-src 'self';" in page.headers["content-security-policy"]
+    links = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert links and not any("//" in link for link in links), links
+    for link in links:
+        asset = await client.get(f"/{link}")
+        assert asset.status_code == 200, link
+        assert asset.headers["content-type"].startswith(("text/javascript", "text/css"))
+    bundle = await client.get("/docs/swagger-ui-bundle.js")
+    assert b"SwaggerUIBundle" in bundle.content
+    assert (await client.get("/docs/../pyproject.toml")).status_code == 404
+    assert (await client.get("/docs/redoc.standalone.js")).status_code == 404
+    assert (await client.get("/redoc")).status_code == 404

@@ -3,7 +3,6 @@ per-job order and versions hold, and a crash anywhere loses nothing and applies 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
 import signal
@@ -20,14 +19,16 @@ import orjson
 import pytest
 from confluent_kafka import TopicPartition
 
-from tickwheel.config import Settings, load_settings
+from tickwheel.config import load_settings
 from tickwheel.kafka import consumer
-from tickwheel.registry_api.service import intake_group, make_intake
+from tickwheel.registry_api.service import intake_group
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.signatures import SIGNATURE_HEADER, sign
 from tickwheel.stack import Addresses
 from tickwheel.testing import drain, produce
 from tickwheel.topics import Topics
+
+from .conftest import run_intake_until, stack_settings
 
 pytestmark = pytest.mark.integration
 
@@ -72,13 +73,6 @@ def _end_offsets(kafka: str, topic: str, partitions: int = 2) -> list[int]:
         cons.close()
 
 
-def _settings(stack: Addresses, db_dsn: str, topics: Topics, **extra: Any) -> Settings:
-    """The intake's settings on the test stack, its scratch database and topics."""
-    return load_settings(
-        dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=16, **extra
-    )
-
-
 @pytest.fixture
 def tenant_names() -> Iterator[tuple[str, str]]:
     yield f"t{uuid.uuid4().hex[:10]}", f"u{uuid.uuid4().hex[:10]}"
@@ -89,33 +83,6 @@ async def store(db_dsn: str) -> AsyncIterator[RegistryStore]:
     pool = await asyncpg.create_pool(db_dsn, min_size=1, max_size=4)
     yield RegistryStore(pool, shards=16)
     await pool.close()
-
-
-async def _run_intake_until(
-    settings: Any, store: RegistryStore, committed: int, timeout_s: float = 60
-) -> None:
-    """Run an intake until `committed` offsets of the registrations topic are committed."""
-
-    async def done() -> bool:
-        group = intake_group(settings)
-        prefix = settings.topic_prefix
-        # A partition without a commit reports a negative offset: it holds nothing committed.
-        offsets = _committed(settings.effective_kafka, group, f"{prefix}.registrations")
-        return sum(max(0, offset) for offset in offsets) == committed
-
-    intake = make_intake(store, settings)
-    stop = asyncio.Event()
-    task = asyncio.create_task(intake.run(stop))
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not await done():
-            assert time.monotonic() < deadline, "intake did not finish in time"
-            assert not task.done(), task
-            await asyncio.sleep(0.2)
-    finally:
-        stop.set()
-        await task
-        await intake.close()
 
 
 async def _jobs(db_dsn: str, tenant: str) -> dict[str, asyncpg.Record]:
@@ -160,10 +127,10 @@ async def test_mixed_batch_lands_valid_and_rejects_invalid(
         ),
     ]
     produce(stack.kafka, topics.registrations, good[:25] + bad + good[25:])
-    settings = _settings(stack, db_dsn, topics)
+    settings = stack_settings(stack, db_dsn, topics)
     total = len(good) + len(bad)
 
-    await _run_intake_until(settings, store, total)
+    await run_intake_until(settings, store, total)
     jobs = await _jobs(db_dsn, tenant)
     assert set(jobs) == {key for key, _ in good}
     assert all(j["status"] == "active" and j["version"] == 1 for j in jobs.values())
@@ -213,9 +180,9 @@ async def test_per_job_order_and_versions(
         ("gone", _op("delete", tenant, "gone")),
     ]
     produce(stack.kafka, topics.registrations, messages)
-    settings = _settings(stack, db_dsn, topics)
+    settings = stack_settings(stack, db_dsn, topics)
 
-    await _run_intake_until(settings, store, len(messages))
+    await run_intake_until(settings, store, len(messages))
     jobs = await _jobs(db_dsn, tenant)
     assert (jobs["v"]["schedule"], jobs["v"]["version"]) == ("3 * * * *", 3)
     assert (jobs["seq"]["schedule"], jobs["seq"]["status"], jobs["seq"]["version"]) == (
@@ -332,10 +299,10 @@ async def test_a_batch_refused_by_the_database_rejects_only_the_culprit(
     messages = [(f"j{i}", _upsert(tenant, _job(f"j{i}"))) for i in range(5)]
     messages.insert(2, ("poison", _upsert(tenant, _job("poison"))))
     produce(stack.kafka, topics.registrations, messages)
-    settings = _settings(stack, db_dsn, topics)
+    settings = stack_settings(stack, db_dsn, topics)
     poisoned = _PoisonedStore(store.pool, shards=16)
 
-    await _run_intake_until(settings, poisoned, len(messages))
+    await run_intake_until(settings, poisoned, len(messages))
     assert set(await _jobs(db_dsn, tenant)) == {f"j{i}" for i in range(5)}
     rejected = [orjson.loads(m.value()) for m in drain(stack.kafka, topics.rejected, expect=1)]
     assert [r["reason"] for r in rejected] == [
@@ -343,8 +310,10 @@ async def test_a_batch_refused_by_the_database_rejects_only_the_culprit(
     ]
 
 
-def _signed_by(api_key: str, value: bytes) -> list[tuple[str, str | bytes | None]]:
-    name, header = sign(value, api_key)
+def _signed_by(
+    api_key: str, value: bytes, topic: str, **form: Any
+) -> list[tuple[str, str | bytes | None]]:
+    name, header = sign(value, api_key, topic=topic, **form)
     return [(name, header)]
 
 
@@ -372,19 +341,20 @@ async def test_signed_registrations_apply_only_under_an_active_key_of_their_tena
         "tampered": (_upsert(tenant, _job("tampered")), "tamper"),
         "malformed": (_upsert(tenant, _job("malformed")), "malformed"),
     }
-    produce(stack.kafka, topics.registrations, [("good", good)], _signed_by(key, good))
+    signed = topics.registrations
+    produce(stack.kafka, signed, [("good", good)], _signed_by(key, good, signed))
     for name, (value, signer) in cases.items():
         if signer is None:
             headers = None
         elif signer == "tamper":
-            headers = _signed_by(key, good)  # a real signature, of other bytes
+            headers = _signed_by(key, good, signed)  # a real signature, of other bytes
         elif signer == "malformed":
             headers = [(SIGNATURE_HEADER, b"tw_short:abc")]
         else:
-            headers = _signed_by(signer, value)
+            headers = _signed_by(signer, value, signed)
         produce(stack.kafka, topics.registrations, [(name, value)], headers)
-    settings = _settings(stack, db_dsn, topics, intake_require_signature=True)
-    await _run_intake_until(settings, store, 1 + len(cases))
+    settings = stack_settings(stack, db_dsn, topics, intake_require_signature=True)
+    await run_intake_until(settings, store, 1 + len(cases))
     assert set(await _jobs(db_dsn, tenant)) == {"good"}
     assert not await _jobs(db_dsn, gone)
     bodies = [orjson.loads(m.value()) for m in drain(stack.kafka, topics.rejected, expect=5)]
@@ -413,9 +383,14 @@ async def test_unsigned_registrations_pass_when_signatures_are_not_required(
     plain = _upsert(tenant, _job("plain"))
     forged = _upsert(tenant, _job("forged"))
     produce(stack.kafka, topics.registrations, [("plain", plain)])
-    produce(stack.kafka, topics.registrations, [("forged", forged)], _signed_by(other_key, forged))
-    settings = _settings(stack, db_dsn, topics)
-    await _run_intake_until(settings, store, 2)
+    produce(
+        stack.kafka,
+        topics.registrations,
+        [("forged", forged)],
+        _signed_by(other_key, forged, topics.registrations),
+    )
+    settings = stack_settings(stack, db_dsn, topics)
+    await run_intake_until(settings, store, 2)
     assert set(await _jobs(db_dsn, tenant)) == {"plain"}
     (body,) = [orjson.loads(m.value()) for m in drain(stack.kafka, topics.rejected, expect=1)]
     assert base64.b64decode(body["original"]) == forged

@@ -67,6 +67,11 @@ def _op(op: str, tenant: str, job_id: str, version: int | None = None) -> bytes:
     return json.dumps(body).encode()
 
 
+def _trigger(tenant: str, job_id: str, idempotency_key: str) -> bytes:
+    body = {"op": "trigger", "tenant": tenant, "id": job_id, "idempotency_key": idempotency_key}
+    return json.dumps(body).encode()
+
+
 def _offsets(kafka: str, group: str, topic: str) -> tuple[int, int]:
     """(committed, end) offsets of `topic` summed over its two partitions."""
     cons = Consumer({"bootstrap.servers": kafka, "group.id": group})
@@ -150,8 +155,9 @@ async def _settled(settings: Settings, process: Process) -> float:
 async def test_each_poison_is_rejected_and_the_valid_message_behind_it_lands(
     stack: Addresses, topics: Topics, settings: Settings, store: RegistryStore, db_dsn: str
 ) -> None:
-    """NUL tenant or id, a message near the size limit, versions 2^63, 2^63-1, 0, -5 and a
-    stale version are each rejected with their reason; the valid message behind each lands and
+    """NUL tenant or id, a message near the size limit, versions 2^63, 2^63-1, 0, -5, a
+    stale version and a trigger's idempotency key with a NUL or of 10,000 characters are each
+    rejected with their reason; the valid message behind each lands and
     the intake keeps running"""
     tenant = f"p{uuid.uuid4().hex[:10]}"
     await store.create_tenant(tenant)
@@ -164,6 +170,9 @@ async def test_each_poison_is_rejected_and_the_valid_message_behind_it_lands(
         ("v-int64", _upsert(tenant, _job("v-int64"), version=2**63 - 1), "version: must be"),
         ("v-zero", _upsert(tenant, _job("v-zero"), version=0), "version: must be"),
         ("v-neg", _op("pause", tenant, "v-neg", version=-5), "version: must be"),
+        # issue 28 (low): one rule for idempotency keys, as over HTTP and the CLI.
+        ("idem-nul", _trigger(tenant, "idem-nul", "a\u0000b"), "idempotency_key: must be"),
+        ("idem-long", _trigger(tenant, "idem-long", "k" * 10_000), "idempotency_key: must be"),
     ]
     messages = [(key, value) for key, value, _ in poisons]
     # Stale: version 5 applies, version 3 behind it is rejected naming the stored 5.

@@ -19,7 +19,6 @@ import asyncpg
 import httpx
 import orjson
 import pytest
-from confluent_kafka import TopicPartition
 
 from tickwheel.clock import datetime_to_ms, format_ms, now_ms
 from tickwheel.domain import run_key
@@ -28,10 +27,17 @@ from tickwheel.kafka import consumer, producer
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.on_demand import RunLimits
-from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.store import RegistryStore, hash_key
 
-from .conftest import TEST_SHARDS, TICKWHEEL, SchedEnv, running_scheduler, wait_for
+from .conftest import (
+    TEST_SHARDS,
+    TICKWHEEL,
+    SchedEnv,
+    rewind_intake,
+    run_intake_until,
+    running_scheduler,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -226,7 +232,7 @@ async def test_triggers_meet_the_jobs_overlap_policy_at_first_dispatch(sched: Sc
 
 
 async def test_refusals_name_the_field_or_the_reason(sched: SchedEnv) -> None:
-    """50,000 occurrences are refused with the count; a range into the future or before the
+    """50,000 occurrences are refused saying where to split; a range into the future or before the
     run history's retention, a bad instant and an unknown field are 422 naming the field;
     another tenant's job and a deleted job are 404; a completed one-off is 409"""
     await sched.register(
@@ -246,8 +252,8 @@ async def test_refusals_name_the_field_or_the_reason(sched: SchedEnv) -> None:
         )
         assert many.status_code == 422
         [problem] = many.json()["detail"]
-        assert problem["field"] == "to" and "holds 50,000 occurrences" in problem["message"]
-        assert "at most 10,000" in problem["message"]
+        assert problem["field"] == "to" and "more than 10,000 occurrences" in problem["message"]
+        assert f"lie before {format_ms(end - 40_000 * 30_000)}" in problem["message"]
 
         future = await client.post(
             "/v1/jobs/minutely/backfill",
@@ -337,42 +343,6 @@ async def test_a_backfill_across_dst_changes_follows_the_jobs_dst_policies(
     assert all(r["origin"] == "backfill" for r in (await _run_rows(sched, "both")).values())
 
 
-def _reset_group(kafka: str, group: str, topic: str) -> None:
-    """Move the intake group back to the start of the topic: every message is redelivered."""
-    cons = consumer(kafka, group, **{"enable.auto.commit": False})
-    try:
-        cons.commit(offsets=[TopicPartition(topic, p, 0) for p in range(2)], asynchronous=False)
-    finally:
-        cons.close()
-
-
-def _committed_sum(kafka: str, group: str, topic: str) -> int:
-    cons = consumer(kafka, group, **{"enable.auto.commit": False})
-    try:
-        tps = cons.committed([TopicPartition(topic, p) for p in range(2)], timeout=10)
-        return sum(max(tp.offset, 0) for tp in tps)
-    finally:
-        cons.close()
-
-
-async def _intake_until_committed(sched: SchedEnv, store: RegistryStore, total: int) -> None:
-    settings = sched.settings()
-    group, topic = intake_group(settings), sched.topics.registrations
-    intake = make_intake(store, settings)
-    stop = asyncio.Event()
-    task = asyncio.create_task(intake.run(stop))
-    deadline = time.monotonic() + 60
-    try:
-        while _committed_sum(sched.stack.kafka, group, topic) < total:
-            assert time.monotonic() < deadline, "the intake did not finish in time"
-            assert not task.done(), task
-            await asyncio.sleep(0.2)
-    finally:
-        stop.set()
-        await task
-        await intake.close()
-
-
 async def test_kafka_trigger_and_backfill_ops_are_idempotent_under_redelivery(
     sched: SchedEnv,
 ) -> None:
@@ -404,11 +374,10 @@ async def test_kafka_trigger_and_backfill_ops_are_idempotent_under_redelivery(
     pool = await asyncpg.create_pool(sched.dsn, min_size=1, max_size=4)
     try:
         store = RegistryStore(pool, TEST_SHARDS)
-        await _intake_until_committed(sched, store, len(messages))
+        await run_intake_until(sched.settings(), store, len(messages))
         first = await _run_rows(sched, "daily")
-        settings = sched.settings()
-        _reset_group(sched.stack.kafka, intake_group(settings), sched.topics.registrations)
-        await _intake_until_committed(sched, store, len(messages))
+        rewind_intake(sched.settings())
+        await run_intake_until(sched.settings(), store, len(messages))
         again = await _run_rows(sched, "daily")
     finally:
         await pool.close()

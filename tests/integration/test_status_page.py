@@ -77,6 +77,23 @@ def _get(url: str, key: str | None = None) -> tuple[int, Any]:
         return err.code, json.loads(err.read() or b"null")
 
 
+def _registry(sched: SchedEnv) -> str:
+    """A `tickwheel registry --no-intake` subprocess on a free port, once its /healthz answers
+    200; its base URL."""
+    port = _free_port()
+    sched.spawn_command("registry", ["registry", "--port", str(port), "--no-intake"])
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return _get(f"{base}/healthz")[0] == 200
+        except OSError:
+            return False
+
+    asyncio.run(wait_for(healthy, STARTUP_TIMEOUT_S, what="the registry's /healthz"))
+    return base
+
+
 @pytest.fixture
 def system(sched: SchedEnv) -> Iterator[System]:
     """Registry, scheduler and worker subprocesses, per-second jobs, a dead run, an operator
@@ -106,8 +123,7 @@ def system(sched: SchedEnv) -> Iterator[System]:
             dead_at,
         )
     )
-    port = _free_port()
-    sched.spawn_command("registry", ["registry", "--port", str(port), "--no-intake"])
+    base = _registry(sched)
     sched.spawn(SCHEDULER_ID)
     # A worker: a run's publish instant reaches the ledger with its claim (`published_at`).
     executions = Path(f"/tmp/tw-status-{sched.topics.prefix}-executions.log")
@@ -118,15 +134,6 @@ def system(sched: SchedEnv) -> Iterator[System]:
         TW_TEST_LOG=str(executions),
         PYTHONPATH=str(Path(__file__).parent),
     )
-    base = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            return _get(f"{base}/healthz")[0] == 200
-        except OSError:
-            return False
-
-    asyncio.run(wait_for(healthy, STARTUP_TIMEOUT_S, what="the registry's /healthz"))
     yield System(base, operator_key, tenant_key, f"{sched.tenant}/nightly@{dead_at}", sched)
 
 
@@ -345,3 +352,44 @@ def test_status_page_shows_the_running_system(
     ]
     assert any("/v1/ops/throughput" in url for url in urls)
     assert not any(system.operator_key in url for url in [*urls, seen["href"]])
+
+
+def test_api_docs_load_in_chromium_from_the_registry_alone(
+    sched: SchedEnv, browser: DevTools, tmp_path: Path
+) -> None:
+    """issue 28 (low): /docs draws the API with Swagger UI in Chromium, every request going to
+    the registry itself (it loaded its scripts from a CDN), under its Content-Security-Policy
+    without a violation; a screenshot is saved"""
+    base = _registry(sched)
+    browser.call("Network.enable")
+    browser.call("Log.enable")
+    browser.call("Page.enable")
+    browser.call("Page.navigate", url=f"{base}/docs")
+    title = "document.querySelector('.swagger-ui .info .title')"
+    drawn = asyncio.run(
+        wait_for(
+            lambda: browser.evaluate(f"{title} && {title}.textContent"),
+            PAGE_TIMEOUT_S,
+            what="Swagger UI's title",
+        )
+    )
+    assert drawn.startswith("tickwheel registry")
+    operations = browser.evaluate("document.querySelectorAll('.opblock').length")
+    assert operations >= 10
+    shot = browser.call("Page.captureScreenshot", format="png")
+    path = tmp_path / "api-docs.png"
+    path.write_bytes(base64.b64decode(shot["data"]))
+    print(f"api docs screenshot: {path}")
+    urls = [
+        e["params"]["request"]["url"]
+        for e in browser.events
+        if e.get("method") == "Network.requestWillBeSent"
+    ]
+    assert f"{base}/openapi.json" in urls
+    assert all(url.startswith((base, "data:")) for url in urls), urls
+    violations = [
+        e["params"]["entry"]["text"]
+        for e in browser.events
+        if e.get("method") == "Log.entryAdded" and "Content Security Policy" in str(e["params"])
+    ]
+    assert violations == []

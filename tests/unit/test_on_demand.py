@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from tickwheel.clock import format_ms
 from tickwheel.envelopes import EnvelopeError, Registration, RunEnvelope
+from tickwheel.registry_api import on_demand
 from tickwheel.registry_api.document import JobValidationError
 from tickwheel.registry_api.on_demand import (
     BackfillRefused,
@@ -20,7 +22,7 @@ from tickwheel.registry_api.on_demand import (
     spacing_ms,
 )
 from tickwheel.registry_api.state import Op, Outcome, StoredJob, apply
-from tickwheel.schedule import Timing
+from tickwheel.schedule import Timing, next_fire
 from tickwheel.schedule.instants import parse_instant
 from tickwheel.shards.plan import RetryEntry, plan_first_dispatch
 
@@ -70,14 +72,38 @@ def test_ranges_that_cannot_be_run_are_refused_naming_the_field(
     assert refused.value.field == field and needle in refused.value.message
 
 
-def test_too_many_occurrences_are_refused_with_the_count() -> None:
-    """more occurrences than the limit: the answer says how many the range holds"""
+def test_too_many_occurrences_are_refused_saying_where_to_split() -> None:
+    """more occurrences than the limit: refused with the limit and the instant before which
+    the first `limit` occurrences lie"""
     every_minute = Timing(key="acme/m", schedule="* * * * *")
     end = _ms("2026-11-29T00:00:00Z")
     with pytest.raises(BackfillRefused) as refused:
         occurrences(every_minute, end - 1234 * 60_000, end, NOW, RunLimits(backfill_max_runs=1000))
-    assert "holds 1,234 occurrences" in refused.value.message
+    assert refused.value.field == "to"
+    assert "more than 1,000 occurrences" in refused.value.message
     assert "at most 1,000" in refused.value.message
+    split = format_ms(end - 234 * 60_000)  # occurrence 1,001: [from, split) holds 1,000
+    assert f"lie before {split}" in refused.value.message
+
+
+def test_an_oversize_range_is_refused_after_a_bounded_count() -> None:
+    """issue 28 finding 4: a per-second job over 25 days (2,160,000 occurrences) is refused
+    after counting one past the limit, not a million"""
+    every_second = Timing(key="acme/s", schedule="* * * * * *")
+    end = _ms("2026-11-29T00:00:00Z")
+    steps = 0
+    real = next_fire.next_fire_after
+
+    def counted(*args: Any) -> int | None:
+        nonlocal steps
+        steps += 1
+        return real(*args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(on_demand, "next_fire_after", counted)
+        with pytest.raises(BackfillRefused, match="more than 10,000 occurrences"):
+            occurrences(every_second, end - 25 * 86_400_000, end, NOW, RunLimits())
+    assert steps == 10_001
 
 
 def test_retention_start_and_spacing() -> None:
@@ -169,3 +195,36 @@ def test_first_dispatch_applies_overlap_like_a_scheduled_occurrence() -> None:
     assert (of(plan.run, "skip"), of(plan.skip, "skip")) == ([1], [2, 3])
     assert (of(plan.run, "busy"), of(plan.skip, "busy")) == ([], [1, 2, 3])
     assert (of(plan.run, "buf"), of(plan.hold, "buf"), of(plan.skip, "buf")) == ([1], [2], [3])
+
+
+def test_a_nul_in_a_backfill_instant_is_refused_naming_the_field() -> None:
+    """issue 28 (low): 'from' with a NUL and text after it is refused (it was read up to the
+    NUL), over HTTP and Kafka alike (both read the window here)"""
+    with pytest.raises(JobValidationError) as refused:
+        backfill_window({"from": "2026-11-01T00:00:00Z\x00ignored", "to": "2026-11-02T00:00:00Z"})
+    assert [p.field for p in refused.value.problems] == ["from"]
+
+
+@pytest.mark.parametrize(
+    ("key", "ok"),
+    [
+        ("fix-4711-retest", True),
+        ("k" * 255, True),
+        ("with space", True),
+        ("", False),
+        ("k" * 256, False),
+        ("nul\x00", False),
+        ("tab\t", False),
+        ("del\x7f", False),
+        ("caf\u00e9", False),
+    ],
+)
+def test_one_rule_for_idempotency_keys(key: str, ok: bool) -> None:
+    """issue 28 (low): an idempotency key is 1 to 255 printable ASCII characters, one rule for
+    HTTP, Kafka and the CLI, naming the field as each caller knows it"""
+    if ok:
+        assert on_demand.checked_idempotency_key(key, "Idempotency-Key") == key
+        return
+    with pytest.raises(JobValidationError) as refused:
+        on_demand.checked_idempotency_key(key, "--idempotency-key")
+    assert [p.field for p in refused.value.problems] == ["--idempotency-key"]

@@ -67,3 +67,27 @@ def test_absurd_nesting_is_a_body_error() -> None:
     """nesting past the parser's recursion limit is refused, never a RecursionError"""
     with pytest.raises(BodyError, match="nests too deeply"):
         decode_json_body(b"[" * 100_000 + b"]" * 100_000)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (b'{"payload": {"n": ' + b"7" * 4301 + b"}}", "payload.n"),
+        (b'{"payload": {"list": [1, -' + b"9" * 100_000 + b"]}}", "payload.list.1"),
+        (b'{"from": ' + b"1" * 5000 + b', "to": "2026-01-01T00:00:00Z"}', "from"),
+        (b"1" * 4301, ""),
+    ],
+)
+def test_an_integer_past_the_interpreters_digit_limit_is_a_body_error_naming_it(
+    raw: bytes, field: str
+) -> None:
+    """issue 28 finding 5: an integer of 4,301+ digits is a BodyError naming its field, never
+    the interpreter's ValueError (a 500)"""
+    with pytest.raises(BodyError, match=r"integer of [\d,]+ digits") as caught:
+        decode_json_body(raw)
+    assert caught.value.field == field
+
+
+def test_an_integer_at_the_digit_limit_still_decodes_exactly() -> None:
+    """4,300 digits is an integer like any other (validation then refuses it by range)"""
+    assert decode_json_body(b"[-" + b"9" * 4300 + b"]") == [-int("9" * 4300)]

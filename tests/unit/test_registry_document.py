@@ -189,3 +189,15 @@ def test_job_document_schema_spells_the_domain_values() -> None:
         "run_once",
         "run_all",
     ]
+
+
+@pytest.mark.parametrize("job_id", [".", ".."])
+def test_job_ids_that_are_dot_segments_are_refused(job_id: str) -> None:
+    """issue 28 (low): ids '.' and '..' are refused (an HTTP client resolves them away, so
+    /v1/jobs/.. could never address the job); other ids of dots are ordinary"""
+    with pytest.raises(JobValidationError) as caught:
+        parse_document({**BASE, "id": job_id})
+    assert [(p.field, "must not be '.' or '..'" in p.message) for p in caught.value.problems] == [
+        ("id", True)
+    ]
+    assert parse_document({**BASE, "id": "..."}).id == "..."

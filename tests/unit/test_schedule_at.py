@@ -72,3 +72,15 @@ def test_offsets_pushing_past_datetime_range_are_a_schedule_error(text: str) -> 
     """an offset that pushes an instant out of datetime's range is refused, not an overflow"""
     with pytest.raises(ScheduleError, match="must lie between the years"):
         parse_at(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["2026-01-01T00:00:00Z\x00garbage", "2026-01-01T00:00:00Z\x00", "2026-01-01T00:00:00Z\n"],
+)
+def test_a_nul_or_control_character_is_refused_not_cut_off(text: str) -> None:
+    """issue 28 (low): the stdlib parser stopped at a NUL and ignored what followed it, so
+    '…Z\\x00garbage' was an instant; any character but printable ASCII is refused"""
+    with pytest.raises(ScheduleError, match="printable ASCII") as refused:
+        parse_instant(text, "from")
+    assert refused.value.field == "from"

@@ -143,3 +143,14 @@ def test_a_trailing_line_break_is_no_loophole(headers: dict[str, str]) -> None:
     """a name or value ending in a line break is refused (no `$`-before-newline slip)"""
     with pytest.raises(TargetError):
         check_headers(headers)
+
+
+@pytest.mark.parametrize(
+    "segment",
+    ["%25252e%25252e", "%2525252e%2525252E", "%25252e", "..%25252f", "%252525252e."],
+)
+def test_dot_segments_are_refused_however_often_encoded(segment: str) -> None:
+    """issue 28 (low): '..' (or an encoded '/') percent-encoded three times and more passed
+    the check, which decoded twice; a segment is decoded until nothing changes"""
+    with pytest.raises(TargetError):
+        check_target_url(f"https://hooks.example.test/hooks/{segment}/admin", ALLOW)

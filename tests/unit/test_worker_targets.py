@@ -18,6 +18,7 @@ from tickwheel.workers.targets import (
     TargetPolicy,
     address_permitted,
     allowlist_entry,
+    same_origin,
     special_address,
 )
 
@@ -181,3 +182,133 @@ async def test_open_breaker_fails_fast_without_calling() -> None:
     with pytest.raises(RetryableTargetError, match="circuit open"):
         await targets.call(TARGET, {}, "acme/inv@1")
     assert len(seen) == 2
+
+
+SECRET_HEADERS = {"Authorization": "Bearer s3cret", "X-Api-Key": "k3y", "Accept": "text/plain"}
+
+
+@pytest.mark.parametrize(
+    ("location", "keeps"),
+    [
+        ("https://hooks.example.com/tw/next", True),
+        ("/tw/relative", True),
+        ("https://hooks.example.com:8443/tw", False),
+        ("https://other.example.com/tw", False),
+        ("http://hooks.example.com/tw", False),
+    ],
+    ids=["same-origin", "relative", "other-port", "other-host", "https-to-http"],
+)
+async def test_a_redirect_to_another_origin_carries_none_of_the_targets_headers(
+    location: str, keeps: bool
+) -> None:
+    """issue 28 finding 6: the job's headers (Authorization and any other) follow a redirect
+    only within the job URL's origin; a hop to another allowlisted host, port or scheme gets
+    none of them, the run key still"""
+    policy = TargetPolicy(
+        allowlist=(
+            "https://hooks.example.com/",
+            "https://hooks.example.com:8443/",
+            "https://other.example.com/",
+            "http://hooks.example.com/",
+        ),
+        rate_per_s=1000,
+        burst=100,
+        breaker_failures=5,
+        breaker_cooldown_s=60,
+    )
+    seen: list[httpx.Request] = []
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if len(seen) == 1:
+            return httpx.Response(307, headers={"location": location})
+        return httpx.Response(204)
+
+    async def resolve(host: str, _port: int) -> list[Address]:
+        return [
+            ipaddress.ip_address("93.184.216.34" if host.startswith("hooks") else "93.184.216.35")
+        ]
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(respond))
+    targets = HttpTargets(policy, client=client, resolve=resolve)
+    await targets.call({**TARGET, "headers": SECRET_HEADERS}, {}, "acme/inv@1")
+    first, hop = seen
+    assert first.headers["authorization"] == "Bearer s3cret"
+    for name, value in SECRET_HEADERS.items():
+        assert (hop.headers.get(name) == value) is keeps, (name, dict(hop.headers))
+    assert hop.headers["idempotency-key"] == "acme/inv@1"
+
+
+@pytest.mark.parametrize(
+    ("first", "hop", "same"),
+    [
+        ("https://a.example/x", "https://a.example:443/y", True),
+        ("http://a.example/x", "https://a.example/y", True),
+        ("http://a.example:8080/x", "https://a.example/y", False),
+        ("https://a.example/x", "http://a.example/y", False),
+        ("https://a.example/x", "https://A.EXAMPLE/y", True),
+        ("https://a.example/x", "https://b.example/y", False),
+    ],
+)
+def test_same_origin(first: str, hop: str, same: bool) -> None:
+    """an origin is scheme, host and port; http → https on the same host is an upgrade"""
+    assert same_origin(first, hop) is same
+
+
+@pytest.mark.parametrize(
+    ("address", "entry", "permitted"),
+    [
+        ("10.1.2.3", "https://hooks.example.com/", False),
+        ("172.16.0.1", "https://hooks.example.com/", False),
+        ("172.31.255.254", "https://hooks.example.com/", False),
+        ("192.168.1.1", "https://hooks.example.com/", False),
+        ("fd12:3456::1", "https://hooks.example.com/", False),
+        ("::ffff:10.1.2.3", "https://hooks.example.com/", False),
+        ("172.32.0.1", "https://hooks.example.com/", True),
+        ("10.1.2.3", "https://hooks.example.com/ 10.0.0.0/8", True),
+        ("10.1.2.3", "https://hooks.example.com/ 10.1.2.0/24 fd00::/8", True),
+        ("::ffff:10.1.2.3", "https://hooks.example.com/ 10.1.2.0/24", True),
+        ("10.1.3.3", "https://hooks.example.com/ 10.1.2.0/24", False),
+        ("fd12:3456::1", "https://hooks.example.com/ fd12::/16", True),
+        ("192.168.1.1", "https://hooks.example.com/ 10.0.0.0/8", False),
+        ("10.9.9.9", "http://10.9.9.9:8080/", True),
+    ],
+)
+def test_private_addresses_need_an_entry_naming_their_range(
+    address: str, entry: str, permitted: bool
+) -> None:
+    """issue 28 (low): an allowlisted name resolving into 10/8, 172.16/12, 192.168/16 or
+    fc00::/7 is refused unless its entry names a range holding the address (or the address
+    itself as the entry's host)"""
+    assert address_permitted(ipaddress.ip_address(address), entry) is permitted
+
+
+async def test_a_name_resolving_to_a_private_address_is_refused_at_call_time() -> None:
+    """issue 28 (low): a target whose allowlisted public name resolves to 10.0.0.5 is refused
+    permanently before any request is sent; under an entry naming 10.0.0.0/8 it is called"""
+    seen: list[httpx.Request] = []
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(204)
+
+    async def resolve(_host: str, _port: int) -> list[Address]:
+        return [ipaddress.ip_address("10.0.0.5")]
+
+    def targets(entry: str) -> HttpTargets:
+        policy = TargetPolicy((entry,), 1000, 100, 5, 60)
+        client = httpx.AsyncClient(transport=httpx.MockTransport(respond))
+        return HttpTargets(policy, client=client, resolve=resolve)
+
+    with pytest.raises(PermanentError, match=r"10\.0\.0\.5, .*private"):
+        await targets("https://hooks.example.com/").call(TARGET, {}, "acme/inv@1")
+    assert seen == []
+    await targets("https://hooks.example.com/ 10.0.0.0/8").call(TARGET, {}, "acme/inv@1")
+    assert [r.url.host for r in seen] == ["10.0.0.5"]
+
+
+def test_an_entry_with_a_range_still_matches_its_url() -> None:
+    """the ranges after an entry's URL do not change which URLs it allows"""
+    entry = "https://hooks.example.com/tw 10.0.0.0/8"
+    assert allowlist_entry("https://hooks.example.com/tw/x", [entry]) == entry
+    assert allowlist_entry("https://hooks.example.com/other", [entry]) is None

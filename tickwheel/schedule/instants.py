@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from tickwheel.clock import datetime_to_ms
@@ -13,6 +14,8 @@ from tickwheel.schedule.zones import MAX_YEAR, MIN_YEAR
 # the schedule's name for its callers.
 __all__ = ["format_utc", "parse_at", "parse_instant"]
 
+_PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*")
+
 
 def parse_instant(text: object, field: str = "at") -> int:
     """UTC milliseconds of an ISO-8601 instant with `Z` or a UTC offset; ScheduleError(field).
@@ -23,6 +26,13 @@ def parse_instant(text: object, field: str = "at") -> int:
     example = "for example 2026-12-01T09:00:00Z or 2026-12-01T10:00:00+01:00"
     if not isinstance(text, str):
         raise ScheduleError(field, f"{field} must be an ISO-8601 instant string, {example}.")
+    if not _PRINTABLE_ASCII.fullmatch(text):
+        # The C parser behind fromisoformat stops at a NUL and ignores what follows it.
+        raise ScheduleError(
+            field,
+            f"{field} {text[:64]!r} is not an ISO-8601 instant: it holds a character other "
+            f"than printable ASCII; use {example}.",
+        )
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:

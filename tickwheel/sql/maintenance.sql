@@ -24,3 +24,8 @@ WHERE a.id = ar.audit_id AND a.started_at < $1::timestamptz
 -- gc_trigger_requests --
 -- Retention: idempotency keys older than a day answer nothing any more.
 DELETE FROM trigger_requests WHERE created_at < now() - interval '24 hours'
+
+-- gc_registration_ids --
+-- Retention: message ids of signed registrations past their expiry; a message signed that
+-- long ago is refused by its signing instant before any id is looked up.
+DELETE FROM registration_ids WHERE expires_at < now()

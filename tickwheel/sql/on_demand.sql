@@ -37,6 +37,18 @@ WHERE j.tenant = $1 AND j.job_id = $2
 ON CONFLICT DO NOTHING
 RETURNING (extract(epoch FROM scheduled_at) * 1000)::bigint AS scheduled_at
 
+-- backfill_jobs_read --
+-- The jobs of a batch's backfills as stored now, without a lock, and the database's clock
+-- (as on_demand_db_now): their occurrences are counted before the batch's transaction
+-- (registry_api/store.py), so a range refused for its size holds no lock and no connection.
+SELECT j.tenant, j.job_id, j.document, j.status, j.version,
+       (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
+       j.intake_partition, j.intake_offset,
+       floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms
+FROM jobs j
+JOIN unnest($1::text[], $2::text[]) AS k(tenant, job_id)
+  ON j.tenant = k.tenant AND j.job_id = k.job_id
+
 -- backfill_insert --
 -- One run per occurrence ($3, ms, ascending) that has no run yet, due one after the other
 -- $4 ms apart (the backfill rate), from now, or from just after the job's last backfill run

@@ -136,3 +136,21 @@ SELECT key_hash, prefix, tenant FROM api_keys WHERE prefix = ANY($1::text[]) AND
 UPDATE api_keys SET revoked_at = now()
 WHERE key_hash = $1 AND revoked_at IS NULL
 RETURNING prefix, tenant
+
+-- registration_ids_remember --
+-- Remember the message ids of a batch's signed registrations (migration 0010) and answer,
+-- for each, where it was first received: the caller's own position for a new id or a
+-- redelivery, another position for a replay. ON CONFLICT DO UPDATE (a no-op) rather than DO
+-- NOTHING: it waits for a concurrent intake inserting the same id and then returns that row,
+-- so two copies received at once on two partitions still tell each other apart. The caller
+-- gives each (tenant, id) once per statement.
+INSERT INTO registration_ids (tenant, message_id, source_topic, source_partition,
+                              source_offset, signed_at, expires_at)
+SELECT g.tenant, g.message_id, $3, g.source_partition, g.source_offset,
+       'epoch'::timestamptz + g.signed_ms * interval '1 millisecond',
+       'epoch'::timestamptz + g.signed_ms * interval '1 millisecond'
+           + $7::bigint * interval '1 millisecond'
+FROM unnest($1::text[], $2::text[], $4::integer[], $5::bigint[], $6::bigint[])
+     AS g(tenant, message_id, source_partition, source_offset, signed_ms)
+ON CONFLICT (tenant, message_id) DO UPDATE SET message_id = registration_ids.message_id
+RETURNING tenant, message_id, source_topic, source_partition, source_offset
