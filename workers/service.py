@@ -75,6 +75,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from tickwheel import broken
 from tickwheel.clock import ms_to_datetime, now_ms
 from tickwheel.config import Settings
 from tickwheel.crash_points import crash_point
@@ -261,6 +262,8 @@ class Worker:
                             raw,
                         )
                     )
+                    if broken.on(broken.OFFSETS_BEFORE_RESULTS):
+                        self.offsets.done(tp, offset, generation)
                     continue
                 log.warning("unreadable run message %s[%d]@%d: %s", *tp, offset, reason)
                 self._dead_letter(tp, offset, generation, raw, reason)

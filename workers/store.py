@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 
+from tickwheel import broken
 from tickwheel.db import DB_ERRORS, is_data_error
 from tickwheel.domain import RunStatus
 from tickwheel.envelopes import loads_exact
@@ -101,7 +102,7 @@ class RunStore:
         if not items:
             return {}
         rows = await self.pool.fetch(
-            QUERIES["worker_claim"],
+            QUERIES[broken.query("worker_claim", broken.CLAIM_IGNORES_LEASE)],
             *_columns(items),
             self.worker_id,
             self.lease_ms,

@@ -53,6 +53,38 @@ SELECT c.tenant, c.job_id,
 FROM claimed c
 LEFT JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
 
+-- broken_worker_claim_ignores_lease --
+-- TEST ONLY (tickwheel/broken.py, variant claim_ignores_lease): `worker_claim` with its guard
+-- removed: a run already running under another worker's live lease is claimed again at the
+-- same attempt. The chaos checker must catch the second execution this allows.
+WITH wanted AS (
+    SELECT w.tenant, w.job_id,
+           'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond' AS scheduled_at,
+           w.attempt,
+           'epoch'::timestamptz + w.published_ms * interval '1 millisecond' AS published_at
+    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[], $7::bigint[])
+         AS w(tenant, job_id, scheduled_ms, attempt, published_ms)
+), claimed AS (
+    UPDATE job_runs r
+    SET status = 'running', worker = $5::text, started_at = now(),
+        lease_until = now() + $6::bigint * interval '1 millisecond',
+        published_at = coalesce(w.published_at, r.published_at)
+    FROM wanted w
+    WHERE r.tenant = w.tenant AND r.job_id = w.job_id AND r.scheduled_at = w.scheduled_at
+      AND (r.status = ANY ($8::text[]) OR r.status = 'running') AND r.attempt = w.attempt
+      AND r.lease_until IS NOT NULL
+    RETURNING r.tenant, r.job_id, r.scheduled_at, r.attempt, r.max_attempts, r.started_at
+)
+SELECT c.tenant, c.job_id,
+       (extract(epoch FROM c.scheduled_at) * 1000)::bigint AS scheduled_ms,
+       c.attempt, c.max_attempts,
+       (extract(epoch FROM c.started_at) * 1000)::bigint AS started_ms,
+       coalesce(j.backoff_base_ms, 10000) AS backoff_base_ms,
+       coalesce(j.backoff_cap_ms, 600000) AS backoff_cap_ms,
+       j.handler, j.target::text AS target, j.payload::text AS payload, j.timeout_ms
+FROM claimed c
+LEFT JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
+
 -- worker_run_statuses --
 -- Why deliveries claimed nothing: the row's status and attempt now (no row: an unknown run),
 -- and whether overlap buffer_one holds it back (pending without a lease).
