@@ -41,7 +41,9 @@ INSERT INTO tenants (name) VALUES ($1) ON CONFLICT DO NOTHING
 SELECT job_id, (extract(epoch FROM scheduled_at) * 1000)::bigint AS scheduled_ms, status,
        attempt, shard_id, worker,
        (extract(epoch FROM published_at) * 1000)::bigint AS published_ms,
-       (extract(epoch FROM started_at) * 1000)::bigint AS started_ms
+       (extract(epoch FROM started_at) * 1000)::bigint AS started_ms, epoch,
+       (extract(epoch FROM created_at) * 1000)::bigint AS created_ms,
+       (extract(epoch FROM finished_at) * 1000)::bigint AS finished_ms
 FROM job_runs
 WHERE tenant = $1
 
