@@ -51,7 +51,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -439,5 +439,21 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "reexecuted_beyond_held": sum(r["result"]["reexecuted_beyond_held"] for r in rounds),
         "offsets_ahead": sum(r["result"]["offsets_ahead"] for r in rounds),
         "offset_audits": sum(r["result"]["offset_audits"] for r in rounds),
+        "probe_lost": sum(r.get("probe", {}).get("lost", 0) for r in rounds),
+        "probe_longest_ack_s_by_fault": _worst(
+            rounds, lambda r: r.get("probe", {}).get("longest_ack_s")
+        ),
         "detail": list(rounds),
     }
+
+
+def _worst(
+    rounds: Sequence[dict[str, Any]], figure: Callable[[dict[str, Any]], float | None]
+) -> dict[str, float]:
+    """The largest `figure` of the rounds of each fault kind (rounds without it skipped)."""
+    worst: dict[str, float] = {}
+    for r in rounds:
+        value = figure(r)
+        if value is not None:
+            worst[r["fault"]] = max(value, worst.get(r["fault"], value))
+    return dict(sorted(worst.items()))

@@ -87,6 +87,21 @@ SELECT count(*) AS n FROM jobs WHERE tenant = $1 AND status <> 'deleted'
 UPDATE jobs SET status = 'deleted', version = version + 1
 WHERE tenant = $1 AND job_id = ANY($2::text[]) AND status <> 'deleted'
 
+-- chaos_jobs_pause --
+-- A steady job paused mid-round, as the registry pauses (version bump): no run after this.
+UPDATE jobs SET status = 'paused', version = version + 1
+WHERE tenant = $1 AND job_id = ANY($2::text[]) AND status = 'active'
+
+-- chaos_shard_epochs --
+-- Every shard's epoch and when its takeover began (database clock): the harness's record of
+-- takeovers, for the stale-claims verdict.
+SELECT shard_id, epoch, (extract(epoch FROM since) * 1000)::bigint AS since_ms
+FROM shard_leaders
+
+-- chaos_runs_held --
+-- The runs a worker holds: `running` under its name. Read right after the harness killed it.
+SELECT count(*) AS n FROM job_runs WHERE worker = $1 AND status = 'running'
+
 -- chaos_unfinished --
 -- How many of the judged occurrences have no terminal row yet.
 SELECT count(*) AS n
