@@ -105,9 +105,11 @@ class Scheduler:
                 "application_name": store.scheduler_app_name(self.member_id),
             },
         )
+        clock = DbClock()  # synced below, before any leader publishes
         self._outbox = Outbox(
             producer(s.effective_kafka, **{"client.id": f"scheduler-{uuid.uuid4().hex[:8]}"}),
             Topics(s.topic_prefix),
+            clock.now_ms,
         )
         await self._outbox.warm_up()
         self.feed = ChangeFeed(
@@ -120,7 +122,7 @@ class Scheduler:
             pool=self._pool,
             outbox=self._outbox,
             cache=ScheduleCache(),
-            clock=DbClock(),
+            clock=clock,
             metrics=self.metrics,
             on_leading=lambda leader: feed.attach(leader.feed_since or "0"),
             dsn=s.effective_dsn,

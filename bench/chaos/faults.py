@@ -50,6 +50,7 @@ ZK_SERVER_DOWN_S = 2.0
 PG_DETECT_S = 1.0  # between the primary's death and the standby's promotion
 CLOCK_STEP_S = 30  # the scheduler's wall clock is this far ahead or behind
 CLOCK_DWELL_S = 8.0  # how long the stepped scheduler leads
+CLOCK_SETTLE_S = 2.0  # before the step, and after the step back
 SPLIT_BRAIN_DWELL_S = 5.0
 CUT_WAIT_S = 20.0  # how long an armed proxy may wait for its writer's commit
 LIBFAKETIME = (
@@ -197,28 +198,41 @@ def libfaketime() -> str:
 
 
 async def clock_step(ctx: FaultContext) -> list[FaultEvent]:
-    """A scheduler whose wall clock is 30 s ahead or behind (seeded) leads its shards for a
-    while, then runs with the right time again. Leaders tick on the database's clock (I8), so
-    nothing may run early or be lost.
+    """A leading scheduler's wall clock jumps 30 s ahead or behind (seeded), stays so, and
+    jumps back. Leaders tick on the database's clock (I8): nothing may run early or be lost.
 
-    The step is made at a restart: libfaketime 0.9.10 cannot step the wall clock alone while
-    a process runs (with FAKETIME_DONT_FAKE_MONOTONIC every `time.sleep` fails with EINVAL),
-    and stepping the monotonic clock with it would be no real machine's fault. So the process
-    starts under `FAKETIME=±30` — its wall clock and its monotonic clock offset by the same
-    constant, which is all any clock step leaves behind — and starts again without it."""
+    The scheduler runs under libfaketime for the fault only (started again under it, and once
+    more without it at the end): `FAKETIME_TIMESTAMP_FILE` holds the offset, read again every
+    second, so writing it steps the running process's wall clock. Its monotonic clock is left
+    alone (`FAKETIME_DONT_FAKE_MONOTONIC`), as a real clock step leaves it; libfaketime 0.9.10
+    then fails every `time.sleep` (EINVAL), which a scheduler calls only to retry a lost
+    ZooKeeper connection, which this fault does not cause."""
     library = libfaketime()
     step = CLOCK_STEP_S if ctx.victim_index % 2 == 0 else -CLOCK_STEP_S
     victim = CLOCK_SCHEDULER
     dep = ctx.deployment
-    at = now_ms()
+    offset_file = dep.root / f"faketime-{victim}"
+    offset_file.write_text("+0\n")
     dep.procs.stop([victim])
-    dep.spawn_scheduler(victim, LD_PRELOAD=library, FAKETIME=f"{step:+d}")
-    ctx.log(f"{victim} restarted with its clock {step:+d} s")
+    dep.spawn_scheduler(
+        victim,
+        LD_PRELOAD=library,
+        FAKETIME_TIMESTAMP_FILE=str(offset_file),
+        FAKETIME_CACHE_DURATION="1",
+        FAKETIME_DONT_FAKE_MONOTONIC="1",
+    )
+    ctx.log(f"{victim} restarted under libfaketime")
+    await asyncio.sleep(CLOCK_SETTLE_S)  # it leads its shards again
+    at = now_ms()
+    offset_file.write_text(f"{step:+d}\n")
+    ctx.log(f"{victim}'s wall clock stepped {step:+d} s")
     ctx.notes["clock_step_s"] = step
     await asyncio.sleep(CLOCK_DWELL_S)
+    offset_file.write_text("+0\n")
+    ctx.log(f"{victim}'s wall clock stepped back")
+    await asyncio.sleep(CLOCK_SETTLE_S)
     dep.procs.stop([victim])
     dep.spawn_scheduler(victim)
-    ctx.log(f"{victim} restarted with the right time")
     return [FaultEvent("clock_step", at)]
 
 

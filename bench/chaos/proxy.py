@@ -32,7 +32,6 @@ only frames messages. One cut per arming.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import struct
 import time
 from dataclasses import dataclass, field
@@ -165,7 +164,8 @@ class CommitCutProxy:
         self.upstream = upstream
         self.server: asyncio.Server | None = None
         self.port = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._sessions: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
 
     async def start(self, port: int = 0) -> int:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", port)
@@ -173,39 +173,40 @@ class CommitCutProxy:
         return self.port
 
     async def close(self) -> None:
+        """Stop listening and end every connection (each session then ends by itself)."""
         if self.server is not None:
             self.server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for writer in list(self._writers):
+            writer.transport.abort()
+        if self._sessions:
+            await asyncio.wait(list(self._sessions), timeout=5)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
         except OSError:
             writer.transport.abort()
-            self._tasks.discard(task)
             return
         session = Session(self.cutter, writer)
-        pumps = [
+        pumps = {
             asyncio.create_task(self._client_to_server(session, reader, up_writer)),
             asyncio.create_task(self._server_to_client(session, up_reader, writer)),
-        ]
+        }
+        self._sessions.update(pumps)
+        self._writers.update({writer, up_writer})
         try:
             await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for pump in pumps:
                 pump.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)  # a pump's end is no error
             if session.cut:
                 writer.transport.abort()  # a reset: the reply never arrives
             else:
                 writer.close()
             up_writer.close()
-            self._tasks.discard(task)
+            self._sessions.difference_update(pumps)
+            self._writers.difference_update({writer, up_writer})
 
     async def _client_to_server(
         self, session: Session, reader: asyncio.StreamReader, up: asyncio.StreamWriter
