@@ -248,11 +248,23 @@ class Deployment:
             for pid, how in self.procs.ended.items()
         }
 
-    def close(self) -> None:
-        """Stop every process, then the private services: always, also after Ctrl-C."""
+    def stop_processes(self) -> None:
         if self._procs is not None:
             with contextlib.suppress(Exception):
                 self._procs.stop()
+
+    def reset_processes(self) -> None:
+        """Forget the processes of an earlier run (stopped), so the next ones start with the
+        environment as it is now (broken variants, zones), behind fresh proxies."""
+        self.stop_processes()
+        self._procs = None
+        self.cutters.clear()
+        self._proxies.clear()
+        self._proxy_dsn.clear()
+
+    def close(self) -> None:
+        """Stop every process, then the private services: always, also after Ctrl-C."""
+        self.stop_processes()
         if self.stack is not None:
             self.stack.down()
 

@@ -382,10 +382,11 @@ def _run_topics(ctx: FaultContext) -> list[str]:
     return [ctx.deployment.topics.runs(p) for p in PRIORITIES]
 
 
-async def _await_brokers(ctx: FaultContext, name: str, since_ms: int) -> None:
+async def _await_broker(ctx: FaultContext, node_id: int, since_ms: int) -> None:
+    """Until the broker answers again and every replica it holds is back in sync."""
     stack = ctx.deployment.replicated
-    await _await_probe(name, stack.kafka_problem)
-    ctx.log(f"{name} back in the cluster after {(now_ms() - since_ms) / 1000:.1f}s")
+    await _await_probe(f"broker {node_id}", lambda: stack.broker_problem(node_id))
+    ctx.log(f"broker {node_id} back in sync after {(now_ms() - since_ms) / 1000:.1f}s")
 
 
 async def broker_kill(ctx: FaultContext) -> list[FaultEvent]:
@@ -405,7 +406,7 @@ async def broker_kill(ctx: FaultContext) -> list[FaultEvent]:
     ctx.notes["broker"] = victim
     await asyncio.sleep(BROKER_DOWN_S)
     await asyncio.to_thread(broker.start)
-    await _await_brokers(ctx, f"broker {victim}", at)
+    await _await_broker(ctx, victim, at)
     return [FaultEvent("broker_kill", at)]
 
 
@@ -423,7 +424,7 @@ async def broker_pause(ctx: FaultContext) -> list[FaultEvent]:
     await asyncio.sleep(stack.cluster.session_ms / 1000 + BROKER_PAUSE_EXTRA_S)
     os.kill(pid, signal.SIGCONT)
     ctx.log(f"SIGCONT broker {victim}")
-    await _await_brokers(ctx, f"broker {victim}", at)
+    await _await_broker(ctx, victim, at)
     return [FaultEvent("broker_pause", at)]
 
 

@@ -47,7 +47,14 @@ from tickwheel.bench.chaos.observers import (
     OffsetWatch,
     ProduceProbe,
 )
-from tickwheel.bench.chaos.workload import FOLD_S, Workload, dst_jobs, fold_at, make_workload
+from tickwheel.bench.chaos.workload import (
+    BURST_SLEEP_MS,
+    FOLD_S,
+    Workload,
+    dst_jobs,
+    fold_at,
+    make_workload,
+)
 from tickwheel.bench.chaos.zones import fold_zone, utc_zone, write_zone, zone_name
 from tickwheel.bench.ledger import RunRow, read_executions
 from tickwheel.clock import now_ms
@@ -82,6 +89,7 @@ class Options:
     ports: Ports | ReplicatedPorts = field(default_factory=Ports)
     jars_from: Path | None = None
     broken: frozenset[str] = frozenset()  # test-only broken variants (tickwheel/broken.py)
+    burst_sleep_ms: int = BURST_SLEEP_MS  # how long each burst run holds its slot
 
     @property
     def stack(self) -> str:
@@ -162,18 +170,24 @@ class RunTopics:
 
 
 class Harness:
-    def __init__(self, options: Options, echo: Callable[[str], None]) -> None:
+    """One chaos run. With `deployment` (a private stack already up, as a test suite shares
+    one between runs) it starts and stops only the processes; else it owns the stack too."""
+
+    def __init__(
+        self,
+        options: Options,
+        echo: Callable[[str], None],
+        deployment: Deployment | None = None,
+    ) -> None:
         self.options = options
         self.echo = echo
         self.plan = plan(options)
         dst_rounds = [n for n, (k, _, _) in enumerate(self.plan, start=1) if k == "dst_failover"]
-        self.deployment = Deployment(
-            options.root,
-            options.ports,
-            echo=echo,
-            broken=options.broken,
-            zone_dir=options.root / "zones" if dst_rounds else None,
-        )
+        self.own_stack = deployment is None
+        self.deployment = deployment or Deployment(options.root, options.ports, echo=echo)
+        self.deployment.broken = options.broken
+        self.deployment.zone_dir = options.root / "zones" if dst_rounds else None
+        self.deployment.reset_processes()
         self.dst_rounds = dst_rounds
         self.rng = random.Random(options.seed * 7919 + 1)
         self.tag = f"s{options.seed}t{int(time.time()) % 100000}"
@@ -182,14 +196,18 @@ class Harness:
     def run(self) -> dict[str, Any]:
         """Start the private stack, run the rounds, stop everything (also on Ctrl-C)."""
         try:
-            self.deployment.start_stack(self.options.jars_from)
+            if self.own_stack:
+                self.deployment.start_stack(self.options.jars_from)
             return asyncio.run(self._rounds())
         except KeyboardInterrupt:
             self.echo(f"interrupted: the report covers the {len(self.completed)} rounds done")
             return {**summarize(self.completed), "interrupted": True}
         finally:
-            self.echo("stopping the chaos deployment and its private stack")
-            self.deployment.close()
+            if self.own_stack:
+                self.echo("stopping the chaos deployment and its private stack")
+                self.deployment.close()
+            else:
+                self.deployment.stop_processes()
 
     async def _rounds(self) -> dict[str, Any]:
         dep = self.deployment
@@ -306,7 +324,9 @@ class Harness:
             at = fold_at(burst_ms + FOLD_LEAD_S * 1000)
             write_zone(dep.zone_dir, zone_name(n), fold_zone(at, FOLD_S))
             dst = dst_jobs(tenant, zone_name(n), at, SHARDS)
-        workload = make_workload(tenant, SHARDS, self.options.burst, burst_ms, dst)
+        workload = make_workload(
+            tenant, SHARDS, self.options.burst, burst_ms, dst, self.options.burst_sleep_ms
+        )
         ctx = FaultContext(
             dep,
             victim,
@@ -343,6 +363,7 @@ class Harness:
         if dst is not None:
             until_ms = max(until_ms, dst.fold.at_ms + (FOLD_S + 4) * 1000)
         await asyncio.sleep(max(0.0, (until_ms - now_ms()) / 1000))
+        caught_up_s = await self._caught_up(workload)
         await dep.fetch(QUERIES["chaos_jobs_delete"], tenant, workload.cron_ids)
         deleted_ms = now_ms()
         events = [dataclasses.replace(e, until_ms=deleted_ms) for e in events]
@@ -380,11 +401,27 @@ class Harness:
             "expected": len(expected),
             "registered_after_ms": landed_ms - registered_ms,
             "unfinished_after_drain": unfinished,
+            "caught_up_after_s": caught_up_s,
             "exited_on_their_own": exited,
             "notes": ctx.notes,
             "probe": probe.as_dict(),
             "result": result.as_dict(),
         }
+
+    async def _caught_up(self, workload: Workload) -> float:
+        """Wait until no active cron job of the round has an unclaimed occurrence due more
+        than a second ago (bounded by the drain bound), so that deleting the jobs cancels no
+        occurrence the round judges; returns how long that took, seconds. A leader that never
+        catches up shows as lost runs."""
+        started = time.monotonic()
+        while time.monotonic() - started < DRAIN_TIMEOUT_S:
+            rows = await self.deployment.fetch(
+                QUERIES["chaos_jobs_behind"], workload.tenant, workload.cron_ids
+            )
+            if not rows[0]["behind"]:
+                break
+            await asyncio.sleep(0.2)
+        return round(time.monotonic() - started, 3)
 
     async def _fault_at(self, kind: str, moment_ms: int, ctx: FaultContext) -> list[FaultEvent]:
         await asyncio.sleep(max(0.0, (moment_ms - now_ms()) / 1000))

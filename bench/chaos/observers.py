@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from tickwheel.bench.chaos.checker import OffsetAudit, Takeover
 from tickwheel.clock import now_ms
@@ -38,7 +38,6 @@ LEADER_POLL_S = 0.1
 AUDIT_EVERY_S = 0.25
 PROBE_EVERY_S = 0.1
 PROBE_PARTITIONS = 3  # one led by each broker of the replicated stack, as a rule
-READ_IDLE_S = 1.5
 READ_BOUND_S = 20.0
 
 
@@ -143,11 +142,14 @@ class ProduceProbe:
         self.topic = topic
         self.producer = producer(kafka, **{"linger.ms": 0, "message.timeout.ms": 120_000})
         self.reader: Consumer = consumer(kafka, f"chaos-probe-{uuid.uuid4().hex}")
-        self.reader.assign([TopicPartition(topic, p) for p in range(PROBE_PARTITIONS)])
+        self.reader.assign(
+            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PROBE_PARTITIONS)]
+        )
         self.sent: dict[int, int] = {}  # seq → produced at (unix ms)
         self.acked: dict[int, int] = {}  # seq → acked at
         self.refused: set[int] = set()
         self.read: set[int] = set()
+        self.positions: dict[int, int] = {}  # partition → next offset to read
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="produce-probe", daemon=True)
@@ -167,7 +169,7 @@ class ProduceProbe:
 
     def _run(self) -> None:
         seq = 0
-        while not self._stop.is_set():
+        while not self._stop.wait(PROBE_EVERY_S):
             with self._lock:
                 self.sent[seq] = now_ms()
             try:
@@ -181,17 +183,26 @@ class ProduceProbe:
                 with self._lock:
                     del self.sent[seq]
             seq += 1
-            self.producer.poll(PROBE_EVERY_S)
+            self.producer.poll(0)
         self.producer.flush(10)
 
     def _read_up(self) -> None:
+        """Read the topic up to the end offsets it has now (a fresh reader's first fetch can
+        take longer than any quiet spell, so the offsets, not silence, end the read)."""
+        ends = {}
+        for p in range(PROBE_PARTITIONS):
+            with contextlib.suppress(KafkaException):
+                ends[p] = self.reader.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=10
+                )[1]
         deadline = time.monotonic() + READ_BOUND_S
-        quiet = time.monotonic()
-        while time.monotonic() < deadline and time.monotonic() - quiet < READ_IDLE_S:
+        while time.monotonic() < deadline and any(
+            self.positions.get(p, 0) < end for p, end in ends.items()
+        ):
             msg = self.reader.poll(0.2)
             if msg is None or msg.error():
                 continue
-            quiet = time.monotonic()
+            self.positions[msg.partition() or 0] = (msg.offset() or 0) + 1
             with contextlib.suppress(ValueError):
                 self.read.add(int(msg.value() or b"-1"))
 

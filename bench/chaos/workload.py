@@ -77,6 +77,7 @@ class Workload:
     burst_ids: list[str]
     burst_ms: int
     dst: DstJobs | None = None
+    burst_sleep_ms: int = BURST_SLEEP_MS
 
     @property
     def paused_id(self) -> str:
@@ -105,7 +106,7 @@ class Workload:
                 "id": job_id,
                 "at": _iso(self.burst_ms),
                 "handler": HANDLER,
-                "payload": {"sleep_ms": BURST_SLEEP_MS},
+                "payload": {"sleep_ms": self.burst_sleep_ms},
                 "misfire": MISFIRE,
                 "priority": PRIORITIES[n % len(PRIORITIES)],
             }
@@ -166,7 +167,12 @@ class Workload:
 
 
 def make_workload(
-    tenant: str, shards: int, burst: int, burst_ms: int, dst: DstJobs | None = None
+    tenant: str,
+    shards: int,
+    burst: int,
+    burst_ms: int,
+    dst: DstJobs | None = None,
+    burst_sleep_ms: int = BURST_SLEEP_MS,
 ) -> Workload:
     found: dict[int, list[str]] = {s: [] for s in range(shards)}
     n = 0
@@ -177,7 +183,7 @@ def make_workload(
             ids.append(job_id)
         n += 1
     steady = [j for ids in found.values() for j in ids]
-    return Workload(tenant, steady, [f"b{n}" for n in range(burst)], burst_ms, dst)
+    return Workload(tenant, steady, [f"b{n}" for n in range(burst)], burst_ms, dst, burst_sleep_ms)
 
 
 def _iso(ms: int) -> str:

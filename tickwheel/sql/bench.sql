@@ -102,6 +102,13 @@ FROM shard_leaders
 -- The runs a worker holds: `running` under its name. Read right after the harness killed it.
 SELECT count(*) AS n FROM job_runs WHERE worker = $1 AND status = 'running'
 
+-- chaos_jobs_behind --
+-- Whether a round's active cron jobs still have an occurrence due more than a second ago that
+-- no leader claimed yet (a leader held up by a fault is catching up): the round deletes its
+-- jobs only once this is false, so every occurrence it judges was claimable.
+SELECT coalesce(min(next_run_at) < clock_timestamp() - interval '1 second', false) AS behind
+FROM jobs WHERE tenant = $1 AND job_id = ANY($2::text[]) AND status = 'active'
+
 -- chaos_unfinished --
 -- How many of the judged occurrences have no terminal row yet.
 SELECT count(*) AS n

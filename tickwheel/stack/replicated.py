@@ -186,6 +186,25 @@ class ReplicatedStack:
         )
         self.echo(f"replicated stack up in {time.monotonic() - started:.1f}s")
 
+    def broker_problem(self, node_id: int) -> str | None:
+        """None once broker `node_id` answers on its own port and every partition of the
+        stack's topics has all its replicas in sync again (a restarted or continued broker
+        has caught up); else what is still missing."""
+        from tickwheel.kafka import admin_client
+
+        problem = probe_kafka(f"127.0.0.1:{self.brokers[node_id].port}")
+        if problem is not None:
+            return f"broker {node_id}: {problem}"
+        md = admin_client(self.kafka, quiet=True).list_topics(timeout=5)
+        behind = [
+            f"{name}[{pid}]"
+            for name, topic in md.topics.items()
+            if not name.startswith("__")
+            for pid, part in topic.partitions.items()
+            if len(part.isrs) < len(part.replicas)
+        ]
+        return f"replicas out of sync: {', '.join(sorted(behind)[:5])}" if behind else None
+
     def kafka_problem(self) -> str | None:
         problem = probe_kafka(self.kafka)
         if problem is not None:
