@@ -29,9 +29,9 @@ from tickwheel.bench.chaos.deployment import (
 from tickwheel.clock import now_ms
 from tickwheel.domain import PRIORITIES
 from tickwheel.queries import QUERIES
-from tickwheel.stack.kafka import probe_kafka
+from tickwheel.stack.kafka import Kafka, probe_kafka
 from tickwheel.stack.procs import pid_alive
-from tickwheel.stack.zookeeper import probe_zookeeper, zk_mode
+from tickwheel.stack.zookeeper import ZooKeeper, probe_zookeeper, zk_mode
 
 SCHEDULERS = ("sched-a", "sched-b")
 WORKERS = ("worker-1", "worker-2")
@@ -389,6 +389,21 @@ async def _await_broker(ctx: FaultContext, node_id: int, since_ms: int) -> None:
     ctx.log(f"broker {node_id} back in sync after {(now_ms() - since_ms) / 1000:.1f}s")
 
 
+async def _kill_and_restart(
+    ctx: FaultContext, service: Kafka | ZooKeeper, what: str, down_s: float
+) -> int:
+    """kill -9 of one of the replicated stack's JVMs, started again `down_s` later; returns
+    when it died (unix ms)."""
+    pid = service.jvm.pid()
+    at = now_ms()
+    if pid is not None:
+        os.kill(pid, signal.SIGKILL)
+    ctx.log(f"kill -9 {what}")
+    await asyncio.sleep(down_s)
+    await asyncio.to_thread(service.start)
+    return at
+
+
 async def broker_kill(ctx: FaultContext) -> list[FaultEvent]:
     """kill -9 of the broker that leads the most run-topic partitions, mid-burst; started
     again after BROKER_DOWN_S. Its partitions get new leaders among the in-sync replicas once
@@ -397,15 +412,9 @@ async def broker_kill(ctx: FaultContext) -> list[FaultEvent]:
     stack = ctx.deployment.replicated
     leaders = await asyncio.to_thread(stack.partition_leaders, _run_topics(ctx))
     victim = max(sorted(stack.brokers), key=lambda b: leaders.get(b, 0))
-    broker = stack.brokers[victim]
-    pid = broker.jvm.pid()
-    at = now_ms()
-    if pid is not None:
-        os.kill(pid, signal.SIGKILL)
-    ctx.log(f"kill -9 broker {victim} (leading {leaders.get(victim, 0)} run partitions)")
+    what = f"broker {victim} (leading {leaders.get(victim, 0)} run partitions)"
+    at = await _kill_and_restart(ctx, stack.brokers[victim], what, BROKER_DOWN_S)
     ctx.notes["broker"] = victim
-    await asyncio.sleep(BROKER_DOWN_S)
-    await asyncio.to_thread(broker.start)
     await _await_broker(ctx, victim, at)
     return [FaultEvent("broker_kill", at)]
 
@@ -437,14 +446,8 @@ async def zk_leader_kill(ctx: FaultContext) -> list[FaultEvent]:
     if victim is None:
         raise RuntimeError("the ZooKeeper ensemble has no leader to kill")
     server = stack.zookeepers[victim]
-    pid = server.jvm.pid()
-    at = now_ms()
-    if pid is not None:
-        os.kill(pid, signal.SIGKILL)
-    ctx.log(f"kill -9 ZooKeeper leader {victim}")
+    at = await _kill_and_restart(ctx, server, f"ZooKeeper leader {victim}", ZK_SERVER_DOWN_S)
     ctx.notes["zk_server"] = victim
-    await asyncio.sleep(ZK_SERVER_DOWN_S)
-    await asyncio.to_thread(server.start)
     await _await_probe(f"zookeeper {victim}", lambda: _zk_serving(server.port))
     ctx.log(f"ZooKeeper {victim} serving again as {zk_mode(server.port)}")
     return [FaultEvent("zk_leader_kill", at)]
