@@ -49,6 +49,9 @@ class RunRow:
     worker: str | None = None
     published_ms: int | None = None
     started_ms: int | None = None
+    epoch: int | None = None  # the epoch that dispatched it last
+    created_ms: int | None = None  # when its claim's transaction began
+    finished_ms: int | None = None
 
     @property
     def key(self) -> str:

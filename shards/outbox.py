@@ -4,13 +4,19 @@ The `job_runs` row is the outbox (I1): a run is published only after the transac
 created (or re-leased) its row committed, and a run the broker did not acknowledge stays
 `pending` under its publish lease until the sweeper publishes it again. Publishing blocks on the
 broker's acks, so it runs on a small thread pool, off the event loop.
+
+Each record is stamped with the leaders' clock (`dbclock.py`: the database's, never ahead of
+it), not the producing host's wall clock: a worker's claim records the stamp as the run's
+`published_at`, which the ledger compares with the scheduled instant (I8). Stamped by the wall
+clock, a scheduler host whose clock was stepped 30 s back wrote `published_at` 30 s before
+runs that were not early at all (found by the chaos harness's clock_step fault).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -31,9 +37,13 @@ PUBLISH_THREADS = 4  # shards publishing at once; acks are waited for on these t
 class Outbox:
     """One idempotent producer per process, shared by its shard leaders."""
 
-    def __init__(self, producer: Producer, topics: Topics) -> None:
+    def __init__(
+        self, producer: Producer, topics: Topics, clock_ms: Callable[[], int] | None = None
+    ) -> None:
+        """`clock_ms` stamps the records (unix ms); None: the producer's wall clock."""
         self.producer = producer
         self.topics = topics
+        self.clock_ms = clock_ms
         self._threads = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="publish")
 
     async def warm_up(self, timeout_s: float = WARM_UP_TIMEOUT_S) -> None:
@@ -54,6 +64,7 @@ class Outbox:
 
     def _publish(self, runs: Sequence[Dispatch], epoch: int) -> list[Dispatch]:
         messages = []
+        stamp = None if self.clock_ms is None else self.clock_ms()
         for run in runs:
             envelope = run.envelope(epoch)
             messages.append(
@@ -62,6 +73,7 @@ class Outbox:
                     envelope.encode(),
                     key=run.job_id,
                     headers=envelope.headers(),  # type: ignore[arg-type]
+                    timestamp_ms=stamp,
                 )
             )
         failed = publish_confirmed(self.producer, messages)
@@ -103,6 +115,7 @@ class Outbox:
             letter.fitted(value_room(max_bytes, item.run.job_id, headers)).encode(),
             key=item.run.job_id,
             headers=list(headers),
+            timestamp_ms=None if self.clock_ms is None else self.clock_ms(),
         )
 
     def close(self) -> None:

@@ -107,9 +107,11 @@ class Scheduler:
             # The leaders' statements change no session state (transactions only).
             reset_sessions=False,
         )
+        clock = DbClock()  # synced below, before any leader publishes
         self._outbox = Outbox(
             producer(s.effective_kafka, **{"client.id": f"scheduler-{uuid.uuid4().hex[:8]}"}),
             Topics(s.topic_prefix),
+            clock.now_ms,
         )
         await self._outbox.warm_up()
         self.feed = ChangeFeed(
@@ -122,7 +124,7 @@ class Scheduler:
             pool=self._pool,
             outbox=self._outbox,
             cache=ScheduleCache(),
-            clock=DbClock(),
+            clock=clock,
             metrics=self.metrics,
             on_leading=lambda leader: feed.attach(leader.feed_since or "0"),
             dsn=s.effective_dsn,

@@ -18,7 +18,7 @@ import asyncpg
 import orjson
 from asyncpg.pool import PoolConnectionProxy
 
-from tickwheel import db
+from tickwheel import broken, db
 from tickwheel.domain import RunOrigin, run_key
 from tickwheel.envelopes import RunEnvelope
 from tickwheel.queries import QUERIES
@@ -167,7 +167,9 @@ async def fenced(conn: Conn, lease: Lease) -> AsyncIterator[Conn]:
     """A transaction that holds the shard's row share-locked and is ours, or FencedOut."""
     async with conn.transaction():
         row = await conn.fetchrow(QUERIES["shard_fence"], lease.shard)
-        if row is None or row["epoch"] != lease.epoch or row["owner"] != lease.owner:
+        if not broken.on(broken.EPOCH_FENCE) and (
+            row is None or row["epoch"] != lease.epoch or row["owner"] != lease.owner
+        ):
             found = None if row is None else (row["epoch"], row["owner"])
             raise FencedOut(lease.shard, lease.epoch, found)
         yield conn

@@ -442,12 +442,14 @@ class _PartitionOffsets:
 
 @dataclass(frozen=True)
 class Outgoing:
-    """One message to produce: topic, key, value and headers."""
+    """One message to produce: topic, key, value, headers and, if given, the record's
+    timestamp (unix ms; else the producer's wall clock stamps it)."""
 
     topic: str
     value: bytes
     key: bytes | str | None = None
     headers: list[tuple[str, str | bytes | None]] | None = None
+    timestamp_ms: int | None = None
 
 
 class PublishError(RuntimeError):
@@ -520,6 +522,8 @@ def publish_confirmed(
                     value=out.value,
                     headers=out.headers,
                     on_delivery=partial(on_delivery, index),
+                    # 0 is librdkafka's "now, by this host's wall clock"
+                    timestamp=out.timestamp_ms or 0,
                 )
                 break
             except BufferError:

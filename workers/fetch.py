@@ -27,6 +27,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from tickwheel import broken
 from tickwheel.domain import INSTANT_MAX_MS, INSTANT_MIN_MS, PRIORITIES
 from tickwheel.envelopes import EnvelopeError, RunEnvelope
 from tickwheel.kafka import BatchConsumer, ContiguousOffsets
@@ -110,6 +111,7 @@ class Fetcher:
             placed.append((msg, tp, offset))
         generations = {tp: self.offsets.track_many(tp, offs) for tp, offs in by_tp.items()}
         level_of, queues, decode = self.level_of, self.queues, RunEnvelope.decode
+        early = broken.on(broken.OFFSETS_BEFORE_RESULTS)
         for msg, tp, offset in placed:
             generation = generations[tp]
             raw = msg.value() or b""
@@ -131,6 +133,8 @@ class Fetcher:
                     else None
                 )
                 queues[level].append(Delivery(tp, offset, generation, level, env, published, raw))
+                if early:
+                    self.offsets.done(tp, offset, generation)
                 continue
             log.warning("unreadable run message %s[%d]@%d: %s", *tp, offset, reason)
             self.dead_letter(tp, offset, generation, raw, reason)

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import asyncpg
 
+from tickwheel import broken
 from tickwheel.db import DB_ERRORS, id_list, is_data_error, num_list
 from tickwheel.domain import RunStatus
 from tickwheel.envelopes import loads_exact
@@ -140,7 +141,7 @@ class RunStore:
         if not keys:
             return {}
         rows = await self.pool.fetch(
-            QUERIES["worker_claim"],
+            QUERIES[broken.query("worker_claim", broken.CLAIM_IGNORES_LEASE)],
             id_list(keys.tenants),
             id_list(keys.job_ids),
             num_list(keys.scheduled_ms),

@@ -28,6 +28,22 @@ Definitions (docs/RELIABILITY.md):
   same host) before it (I8). Must be 0.
 - failover gap of a fault: over the shards it affects, the longest silence in dispatches (or
   starts, for worker faults) from the last one before the fault until the steady load ends.
+- unexpected: a row of no occurrence that may exist at all — a deleted or paused job's run
+  after the deletion or pause, an occurrence a DST policy excludes, a run of no job of the
+  round (I3, DESIGN §6). Must be 0.
+- stale claims: a row created by a claim that began more than `STALE_MARGIN_MS` after a newer
+  epoch of its shard took over, yet carries the older epoch: a replaced leader's claim
+  committed (I2). Takeovers are what the harness saw of `shard_leaders` (epoch, since), which
+  may miss an epoch but never invents one, so the verdict can only undercount. Must be 0.
+- re-executed beyond held: per worker process that died, the re-executions attributed to it
+  beyond the runs the database showed it holding (`running` under its name) right after it
+  died. At-least-once may run again what a dead worker held, nothing more. Must be 0.
+- offsets ahead (I5): a run whose claimed delivery lay below its consumer group's committed
+  offset at an audit instant while the run's result had not been written (it finished later,
+  or never). The claimed delivery is the envelope of the run's final attempt whose record
+  timestamp the claim recorded as `published_at`; audits are taken only while the group's
+  membership is steady (a moved partition is legitimately read again and its skipped copies
+  done). Must be 0.
 """
 
 from __future__ import annotations
@@ -35,11 +51,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tickwheel.bench.ledger import TERMINAL, Execution, RunRow, check
+from tickwheel.domain import RunStatus
 
 # What may let an attempt lapse so that the next one runs again (see the module docstring).
 WORKER_DIED, WORKER_STOPPED, DATABASE_RESTART, UNEXPLAINED = (
@@ -49,8 +66,23 @@ WORKER_DIED, WORKER_STOPPED, DATABASE_RESTART, UNEXPLAINED = (
     "unexplained",
 )
 CAUSES = (WORKER_DIED, WORKER_STOPPED, DATABASE_RESTART, UNEXPLAINED)
-DATABASE_FAULTS = frozenset({"postgres_restart"})
-LOST_SAMPLE = 10  # lost run keys listed per round in the report
+DATABASE_FAULTS = frozenset({"postgres_restart", "pg_failover"})
+LOST_SAMPLE = 10  # run keys listed per verdict and round in the report
+# A claim beginning this long after a takeover's own start and still carrying the older epoch
+# cannot have passed the fence: only the instant between the takeover's statement start and
+# its row lock lets a claim in legitimately (microseconds), and a loaded machine stretches it.
+STALE_MARGIN_MS = 200
+# The verdicts that must all be 0 (the exit code of `tickwheel bench chaos`).
+VERDICTS = (
+    "lost",
+    "duplicate_successes",
+    "early",
+    "unexpected",
+    "stale_claims",
+    "unexplained_reexecutions",
+    "reexecuted_beyond_held",
+    "offsets_ahead",
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +93,9 @@ class Envelope:
     scheduled_ms: int
     attempt: int
     produced_ms: int
+    topic: str = ""
+    partition: int = -1
+    offset: int = -1
 
 
 @dataclass(frozen=True)
@@ -73,6 +108,27 @@ class FaultEvent:
     shards: frozenset[int] | None = None
     measure: str = "dispatch"
     until_ms: int | None = None  # the end of the steady load: later pauses are not the fault's
+    # A worker the fault killed: its pid and the runs `running` under its name right after.
+    pid: int | None = None
+    held: int | None = None
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """An epoch of a shard as the harness saw it in `shard_leaders`: `since_ms` is the
+    takeover's start by the database's clock."""
+
+    shard: int
+    epoch: int
+    since_ms: int
+
+
+@dataclass(frozen=True)
+class OffsetAudit:
+    """The workers' group's committed offsets, read at `at_ms` (unix ms, after the read)."""
+
+    at_ms: int
+    committed: Mapping[tuple[str, int], int]
 
 
 @dataclass(frozen=True)
@@ -86,6 +142,10 @@ class Ledger:
     envelopes: Sequence[Envelope] = ()
     # Worker processes that ended during the run, by pid: WORKER_DIED or WORKER_STOPPED.
     ended: Mapping[int, str] = field(default_factory=dict)
+    # Every run key that may exist (None: `unexpected` is not judged).
+    allowed: frozenset[str] | None = None
+    takeovers: Sequence[Takeover] = ()
+    offset_audits: Sequence[OffsetAudit] = ()
 
 
 @dataclass
@@ -103,6 +163,16 @@ class RoundResult:
     lateness_ms: dict[str, int]
     failover_gaps_s: dict[str, float | None] = field(default_factory=dict)
     reexecutions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0))
+    unexpected: list[str] = field(default_factory=list)
+    stale_claims: list[str] = field(default_factory=list)
+    # per worker pid that died (and was measured): (re-executions attributed, runs held)
+    died_with: dict[int, tuple[int, int]] = field(default_factory=dict)
+    offsets_ahead: list[str] = field(default_factory=list)
+    offset_audits: int = 0
+
+    @property
+    def reexecuted_beyond_held(self) -> int:
+        return sum(max(0, again - held) for again, held in self.died_with.values())
 
     @property
     def duplicate_execution_rate(self) -> float:
@@ -132,6 +202,15 @@ class RoundResult:
             "lateness_ms": self.lateness_ms,
             "failover_gaps_s": self.failover_gaps_s,
             "reexecutions": self.reexecutions,
+            "unexpected": len(self.unexpected),
+            "unexpected_sample": self.unexpected[:LOST_SAMPLE],
+            "stale_claims": len(self.stale_claims),
+            "stale_claims_sample": self.stale_claims[:LOST_SAMPLE],
+            "died_with": {str(pid): list(v) for pid, v in self.died_with.items()},
+            "reexecuted_beyond_held": self.reexecuted_beyond_held,
+            "offsets_ahead": len(self.offsets_ahead),
+            "offsets_ahead_sample": self.offsets_ahead[:LOST_SAMPLE],
+            "offset_audits": self.offset_audits,
         }
 
 
@@ -184,10 +263,14 @@ def failover_gap_s(
 
 
 def reexecution_causes(
-    starts: Iterable[Sequence[Execution]], ended: Mapping[int, str], database_restarted: bool
+    starts: Iterable[Sequence[Execution]],
+    ended: Mapping[int, str],
+    database_restarted: bool,
+    died_from: Counter[int] | None = None,
 ) -> dict[str, int]:
     """Each execution beyond the first of an occurrence (`starts`: its executions that
-    began), attributed to a cause (module docstring)."""
+    began), attributed to a cause (module docstring). `died_from`, if given, counts the
+    `worker_died` ones by the pid of the process the earlier attempt ran in."""
     causes = dict.fromkeys(CAUSES, 0)
     for executions in starts:
         ordered = sorted(executions, key=lambda e: e.attempt)
@@ -201,7 +284,63 @@ def reexecution_causes(
             else:
                 cause = UNEXPLAINED
             causes[cause] += 1
+            if cause == WORKER_DIED and died_from is not None:
+                died_from[earlier.pid] += 1
     return causes
+
+
+def unexpected_rows(rows: Sequence[RunRow], allowed: frozenset[str]) -> list[str]:
+    """Run keys of the rows no occurrence allows, sorted."""
+    return sorted(row.key for row in rows if row.key not in allowed)
+
+
+def stale_claims(rows: Sequence[RunRow], takeovers: Sequence[Takeover]) -> list[str]:
+    """Run keys of rows claimed under an epoch after a newer one had taken their shard over
+    (module docstring), sorted."""
+    newer: dict[int, list[Takeover]] = defaultdict(list)
+    for t in takeovers:
+        newer[t.shard].append(t)
+    found = []
+    for row in rows:
+        if row.epoch is None or row.created_ms is None:
+            continue
+        if any(
+            t.epoch > row.epoch and row.created_ms > t.since_ms + STALE_MARGIN_MS
+            for t in newer.get(row.shard_id, ())
+        ):
+            found.append(row.key)
+    return sorted(found)
+
+
+def offsets_ahead(
+    rows: Sequence[RunRow], envelopes: Sequence[Envelope], audits: Sequence[OffsetAudit]
+) -> list[str]:
+    """Run keys whose claimed delivery was committed before their result was written (module
+    docstring), sorted. Only finished runs with a recorded `published_at` are judged."""
+    copies: dict[tuple[str, int], list[Envelope]] = defaultdict(list)
+    for env in envelopes:
+        copies[(env.run_key, env.attempt)].append(env)
+    found = set()
+    for row in rows:
+        if row.published_ms is None or row.status not in (RunStatus.SUCCEEDED, RunStatus.DEAD):
+            continue
+        claimed = [
+            e
+            for e in copies.get((row.key, row.attempt), ())
+            if e.produced_ms == row.published_ms and e.offset >= 0
+        ]
+        if not claimed:
+            continue
+        for audit in audits:
+            written = row.finished_ms is not None and row.finished_ms <= audit.at_ms
+            # Every candidate copy passed: a copy still above the committed offset may be the
+            # one claimed (two copies can share a millisecond).
+            if not written and all(
+                e.offset < audit.committed.get((e.topic, e.partition), -1) for e in claimed
+            ):
+                found.add(row.key)
+                break
+    return sorted(found)
 
 
 def check_round(ledger: Ledger) -> RoundResult:
@@ -228,6 +367,14 @@ def check_round(ledger: Ledger) -> RoundResult:
     for n, fault in enumerate(ledger.faults):
         gaps[f"{n}:{fault.kind}"] = failover_gap_s(fault, ledger.rows, ledger.envelopes)
     lost = verdict.lost
+    died_from: Counter[int] = Counter()
+    causes = reexecution_causes(
+        per_key.values(),
+        ledger.ended,
+        any(f.kind in DATABASE_FAULTS for f in ledger.faults),
+        died_from,
+    )
+    held = {f.pid: f.held for f in ledger.faults if f.pid is not None and f.held is not None}
     return RoundResult(
         lost=len(lost),
         lost_sample=lost[:LOST_SAMPLE],
@@ -241,11 +388,12 @@ def check_round(ledger: Ledger) -> RoundResult:
         envelopes=len(ledger.envelopes),
         lateness_ms=percentiles(lateness),
         failover_gaps_s=gaps,
-        reexecutions=reexecution_causes(
-            per_key.values(),
-            ledger.ended,
-            any(f.kind in DATABASE_FAULTS for f in ledger.faults),
-        ),
+        reexecutions=causes,
+        unexpected=[] if ledger.allowed is None else unexpected_rows(ledger.rows, ledger.allowed),
+        stale_claims=stale_claims(ledger.rows, ledger.takeovers),
+        died_with={pid: (died_from[pid], n) for pid, n in held.items()},
+        offsets_ahead=offsets_ahead(ledger.rows, ledger.envelopes, ledger.offset_audits),
+        offset_audits=len(ledger.offset_audits),
     )
 
 
@@ -263,6 +411,12 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
             if gap is not None:
                 by_kind[r["fault"]] = max(gap, by_kind.get(r["fault"], 0.0))
     causes = {cause: sum(r["result"]["reexecutions"][cause] for r in rounds) for cause in CAUSES}
+    lateness: dict[str, dict[str, int]] = {}
+    for r in rounds:
+        late = r["result"]["lateness_ms"]
+        mine = lateness.setdefault(r["fault"], {"p50": 0, "p99": 0, "max": 0})
+        for q in mine:  # the worst round of each kind
+            mine[q] = max(mine[q], late[q])
     return {
         "rounds": len(rounds),
         "faults": dict(sorted(faults.items())),
@@ -279,5 +433,27 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "early": sum(r["result"]["early"] for r in rounds),
         "failover_gap_max_s": max(gaps, default=None),
         "failover_gap_max_s_by_fault": dict(sorted(by_kind.items())),
+        "lateness_ms_by_fault": dict(sorted(lateness.items())),
+        "unexpected": sum(r["result"]["unexpected"] for r in rounds),
+        "stale_claims": sum(r["result"]["stale_claims"] for r in rounds),
+        "reexecuted_beyond_held": sum(r["result"]["reexecuted_beyond_held"] for r in rounds),
+        "offsets_ahead": sum(r["result"]["offsets_ahead"] for r in rounds),
+        "offset_audits": sum(r["result"]["offset_audits"] for r in rounds),
+        "probe_lost": sum(r.get("probe", {}).get("lost", 0) for r in rounds),
+        "probe_longest_ack_s_by_fault": _worst(
+            rounds, lambda r: r.get("probe", {}).get("longest_ack_s")
+        ),
         "detail": list(rounds),
     }
+
+
+def _worst(
+    rounds: Sequence[dict[str, Any]], figure: Callable[[dict[str, Any]], float | None]
+) -> dict[str, float]:
+    """The largest `figure` of the rounds of each fault kind (rounds without it skipped)."""
+    worst: dict[str, float] = {}
+    for r in rounds:
+        value = figure(r)
+        if value is not None:
+            worst[r["fault"]] = max(value, worst.get(r["fault"], value))
+    return dict(sorted(worst.items()))

@@ -14,30 +14,69 @@ from typing import Any
 
 import orjson
 
-from tickwheel.bench.chaos.checker import Envelope, Ledger, check_round, summarize
-from tickwheel.bench.chaos.deployment import SHARDS, Deployment, Ports
+from tickwheel.bench.chaos.checker import (
+    VERDICTS,
+    Envelope,
+    FaultEvent,
+    Ledger,
+    check_round,
+    summarize,
+)
+from tickwheel.bench.chaos.deployment import (
+    PARTITIONS,
+    PREFIX,
+    REPLICATED,
+    REPLICATED_PORTS,
+    SHARDS,
+    SINGLE,
+    Deployment,
+    Ports,
+)
 from tickwheel.bench.chaos.faults import (
-    AT_REGISTRATION,
+    CUT_KINDS,
+    DEFAULT_KINDS,
     FAULTS,
+    PROXIED,
     SCHEDULERS,
     WORKERS,
     FaultContext,
 )
-from tickwheel.bench.chaos.workload import Workload, make_workload
+from tickwheel.bench.chaos.observers import (
+    PROBE_PARTITIONS,
+    LeaderWatch,
+    OffsetWatch,
+    ProduceProbe,
+)
+from tickwheel.bench.chaos.workload import (
+    BURST_SLEEP_MS,
+    FOLD_S,
+    Workload,
+    dst_jobs,
+    fold_at,
+    make_workload,
+)
+from tickwheel.bench.chaos.zones import fold_zone, utc_zone, write_zone, zone_name
 from tickwheel.bench.ledger import RunRow, read_executions
 from tickwheel.clock import now_ms
+from tickwheel.deployment import worker_group
 from tickwheel.domain import PRIORITIES
 from tickwheel.envelopes import EnvelopeError, RunEnvelope
-from tickwheel.kafka import producer
+from tickwheel.kafka import create_topics, producer
 from tickwheel.queries import QUERIES
+from tickwheel.stack.replicated import ReplicatedPorts
 
 PHASES = ("burst", "steady")
+VICTIMS = 6  # the plan draws a victim index below this: fair over two processes or three
 BURST_LEAD_MS = 3000  # the burst falls due this long after its registrations are sent
 REGISTER_TIMEOUT_S = 60.0
 STEADY_AFTER_FAULT_S = 3.0  # steady load keeps running this long after a fault has healed
 STEADY_JUDGED_MS = 7000  # steady load after the jobs landed: 2 judged seconds past the margins
 DRAIN_TIMEOUT_S = 60.0  # the bound of "lost": no terminal state this long after the round
-WARM_UP_TIMEOUT_S = 60.0
+WARM_UP_TIMEOUT_S = 90.0
+PAUSE_AFTER_BURST_MS = 1500  # the round's paused job is paused this long after the burst
+FOLD_LEAD_S = FOLD_S + 3  # the DST fold starts this long after the burst, at the earliest
+DEFAULT_BURST = {SINGLE: 300, REPLICATED: 150}
+PROBE_TOPIC = f"{PREFIX}.probe"  # the produce probe's own topic, replicated as the run topics
 
 
 @dataclass(frozen=True)
@@ -45,15 +84,25 @@ class Options:
     rounds: int
     seed: int
     burst: int = 300
-    kinds: Sequence[str] = tuple(FAULTS)
+    kinds: Sequence[str] = DEFAULT_KINDS[SINGLE]
     root: Path = Path(".devstack-chaos")
-    ports: Ports = field(default_factory=Ports)
+    ports: Ports | ReplicatedPorts = field(default_factory=Ports)
     jars_from: Path | None = None
+    broken: frozenset[str] = frozenset()  # test-only broken variants (tickwheel/broken.py)
+    burst_sleep_ms: int = BURST_SLEEP_MS  # how long each burst run holds its slot
+
+    @property
+    def stack(self) -> str:
+        return REPLICATED if isinstance(self.ports, ReplicatedPorts) else SINGLE
+
+
+def default_ports(stack: str) -> Ports | ReplicatedPorts:
+    return REPLICATED_PORTS if stack == REPLICATED else Ports()
 
 
 def default_jars() -> Path | None:
     """The resolved jars of the configured dev stack, reused by the private stack when they
-    are current (else `DevStack` resolves them with Maven)."""
+    are current (else the stack resolves them with Maven)."""
     from tickwheel.config import load_settings
     from tickwheel.stack.jars import pom_digest
 
@@ -71,7 +120,7 @@ def plan(options: Options) -> list[tuple[str, str, int]]:
     while len(out) < options.rounds:
         cycle = kinds[:]
         rng.shuffle(cycle)
-        out.extend((k, rng.choice(PHASES), rng.randrange(2)) for k in cycle)
+        out.extend((k, rng.choice(PHASES), rng.randrange(VICTIMS)) for k in cycle)
     return out[: options.rounds]
 
 
@@ -105,7 +154,15 @@ class RunTopics:
                 continue
             _kind, produced_ms = msg.timestamp()
             self.by_tenant.setdefault(env.tenant, []).append(
-                Envelope(env.run_key, env.scheduled_at, env.attempt, produced_ms)
+                Envelope(
+                    env.run_key,
+                    env.scheduled_at,
+                    env.attempt,
+                    produced_ms,
+                    msg.topic() or "",
+                    msg.partition() or 0,
+                    msg.offset() or 0,
+                )
             )
 
     def close(self) -> None:
@@ -113,10 +170,25 @@ class RunTopics:
 
 
 class Harness:
-    def __init__(self, options: Options, echo: Callable[[str], None]) -> None:
+    """One chaos run. With `deployment` (a private stack already up, as a test suite shares
+    one between runs) it starts and stops only the processes; else it owns the stack too."""
+
+    def __init__(
+        self,
+        options: Options,
+        echo: Callable[[str], None],
+        deployment: Deployment | None = None,
+    ) -> None:
         self.options = options
         self.echo = echo
-        self.deployment = Deployment(options.root, options.ports, echo=echo)
+        self.plan = plan(options)
+        dst_rounds = [n for n, (k, _, _) in enumerate(self.plan, start=1) if k == "dst_failover"]
+        self.own_stack = deployment is None
+        self.deployment = deployment or Deployment(options.root, options.ports, echo=echo)
+        self.deployment.broken = options.broken
+        self.deployment.zone_dir = options.root / "zones" if dst_rounds else None
+        self.deployment.reset_processes()
+        self.dst_rounds = dst_rounds
         self.rng = random.Random(options.seed * 7919 + 1)
         self.tag = f"s{options.seed}t{int(time.time()) % 100000}"
         self.completed: list[dict[str, Any]] = []
@@ -124,41 +196,68 @@ class Harness:
     def run(self) -> dict[str, Any]:
         """Start the private stack, run the rounds, stop everything (also on Ctrl-C)."""
         try:
-            self.deployment.start_stack(self.options.jars_from)
+            if self.own_stack:
+                self.deployment.start_stack(self.options.jars_from)
             return asyncio.run(self._rounds())
         except KeyboardInterrupt:
             self.echo(f"interrupted: the report covers the {len(self.completed)} rounds done")
             return {**summarize(self.completed), "interrupted": True}
         finally:
-            self.echo("stopping the chaos deployment and its private stack")
-            self.deployment.close()
+            if self.own_stack:
+                self.echo("stopping the chaos deployment and its private stack")
+                self.deployment.close()
+            else:
+                self.deployment.stop_processes()
 
     async def _rounds(self) -> dict[str, Any]:
         dep = self.deployment
-        for name in SCHEDULERS:
-            dep.spawn_scheduler(name)
-        for name in WORKERS:
-            dep.spawn_worker(name)
-        dep.spawn_registry()
-        await self._warm_up()
+        if dep.zone_dir is not None:
+            # Zone names are read once per process: each DST round's zone exists before any
+            # process starts, as plain UTC until its round writes the fold.
+            for n in self.dst_rounds:
+                write_zone(dep.zone_dir, zone_name(n), utc_zone())
+        if CUT_KINDS & set(self.options.kinds):
+            await dep.start_proxies(list(PROXIED))
+        replication = 3 if dep.kind == REPLICATED else 1
+        create_topics(dep.kafka, [PROBE_TOPIC], PROBE_PARTITIONS, replication)
+        self.leaders = LeaderWatch(dep.dsn)
+        self.leaders.start()
         topics = [dep.topics.runs(p) for p in PRIORITIES]
-        self.run_topics = RunTopics(dep.settings.effective_kafka, topics)
+        self.offsets = OffsetWatch(dep.kafka, worker_group(PREFIX), topics, PARTITIONS)
+        self.offsets.start()
+        self.probe = ProduceProbe(dep.kafka, PROBE_TOPIC)
+        self.probe.start()
         try:
-            return await self._each_round()
+            for name in SCHEDULERS:
+                dep.spawn_scheduler(name)
+            for name in WORKERS:
+                dep.spawn_worker(name)
+            dep.spawn_registry()
+            await self._warm_up()
+            self.run_topics = RunTopics(dep.kafka, topics)
+            try:
+                return await self._each_round()
+            finally:
+                self.run_topics.close()
         finally:
-            self.run_topics.close()
+            await self.leaders.close()
+            await asyncio.to_thread(self.offsets.close)
+            await asyncio.to_thread(self.probe.close)
+            await dep.close_proxies()
 
     async def _each_round(self) -> dict[str, Any]:
         rounds = self.completed
-        for n, (kind, phase, victim) in enumerate(plan(self.options), start=1):
+        for n, (kind, phase, victim) in enumerate(self.plan, start=1):
             detail = await self._round(n, kind, phase, victim)
             rounds.append(detail)
             r = detail["result"]
             self.echo(
                 f"round {n:>3} {kind:<27} {phase:<6} lost {r['lost']} dup-succ "
-                f"{r['duplicate_successes']} early {r['early']} dup-exec "
-                f"{r['duplicate_execution_rate']:.4f} unexplained "
-                f"{r['reexecutions']['unexplained']} gaps {r['failover_gaps_s']}"
+                f"{r['duplicate_successes']} early {r['early']} unexpected {r['unexpected']} "
+                f"stale {r['stale_claims']} unexplained {r['reexecutions']['unexplained']} "
+                f"beyond-held {r['reexecuted_beyond_held']} offsets-ahead {r['offsets_ahead']} "
+                f"dup-exec {r['duplicate_execution_rate']:.4f} gaps {r['failover_gaps_s']} "
+                f"probe {detail['probe']['longest_ack_s']}s"
             )
         return summarize(rounds)
 
@@ -182,16 +281,16 @@ class Harness:
             if time.monotonic() > deadline:
                 raise RuntimeError("no run was executed within the warm-up bound")
             await asyncio.sleep(0.5)
-        await dep.fetch(QUERIES["chaos_jobs_delete"], tenant, workload.steady_ids)
+        await dep.fetch(QUERIES["chaos_jobs_delete"], tenant, workload.cron_ids)
 
     def _register(self, workload: Workload) -> None:
-        prod = producer(self.deployment.settings.effective_kafka)
+        prod = producer(self.deployment.kafka)
         topic = self.deployment.topics.registrations
         for doc in workload.documents():
             body = {"op": "upsert", "tenant": workload.tenant, "job": doc}
             prod.produce(topic, key=str(doc["id"]).encode(), value=orjson.dumps(body))
-        if prod.flush(30) != 0:
-            raise RuntimeError("registrations not acknowledged by Kafka within 30 s")
+        if prod.flush(60) != 0:
+            raise RuntimeError("registrations not acknowledged by Kafka within 60 s")
 
     async def _registered(self, workload: Workload) -> int:
         """When (unix ms) every job of the workload was in the database, or the bound passed
@@ -205,42 +304,95 @@ class Harness:
             await asyncio.sleep(0.2)
         return now_ms()
 
+    async def _pause_later(self, workload: Workload, at_ms: int) -> int:
+        await asyncio.sleep(max(0.0, (at_ms - now_ms()) / 1000))
+        await self.deployment.fetch(
+            QUERIES["chaos_jobs_pause"], workload.tenant, [workload.paused_id]
+        )
+        return now_ms()
+
     async def _round(self, n: int, kind: str, phase: str, victim: int) -> dict[str, Any]:
         dep = self.deployment
+        fault = FAULTS[kind]
         tenant = f"{self.tag}r{n}"
         await dep.fetch(QUERIES["bench_tenant"], tenant)
         start_ms = now_ms()
         burst_ms = ((start_ms + BURST_LEAD_MS) // 1000) * 1000
-        workload = make_workload(tenant, SHARDS, self.options.burst, burst_ms)
+        dst = None
+        if fault.timing == "fold":
+            assert dep.zone_dir is not None
+            at = fold_at(burst_ms + FOLD_LEAD_S * 1000)
+            write_zone(dep.zone_dir, zone_name(n), fold_zone(at, FOLD_S))
+            dst = dst_jobs(tenant, zone_name(n), at, SHARDS)
+        workload = make_workload(
+            tenant, SHARDS, self.options.burst, burst_ms, dst, self.options.burst_sleep_ms
+        )
+        ctx = FaultContext(
+            dep,
+            victim,
+            lambda line: self.echo(f"  [{n}] {line}"),
+            n,
+            None if dst is None else dst.shard,
+        )
+        armed_first = kind in CUT_KINDS and fault.timing == "registration"
+        moment_ms = now_ms()
+        fault_task: asyncio.Task[list[FaultEvent]] | None = None
+        if armed_first:  # the cut must be armed before the registry sees the batch
+            fault_task = asyncio.create_task(fault.run(ctx))
+            await asyncio.sleep(0)
         await asyncio.to_thread(self._register, workload)
         registered_ms = now_ms()
-        if kind in AT_REGISTRATION:
-            moment_ms = registered_ms + self.rng.randint(0, 300)
-        elif phase == "burst":
-            moment_ms = burst_ms + self.rng.randint(-200, 600)
-        else:
-            moment_ms = burst_ms + self.rng.randint(2000, 3500)
-        ctx = FaultContext(dep, victim, lambda line: self.echo(f"  [{n}] {line}"))
-        fault = asyncio.create_task(self._fault_at(kind, moment_ms, ctx))
+        if fault_task is None:
+            if fault.timing == "registration":
+                moment_ms = registered_ms + self.rng.randint(0, 300)
+            elif dst is not None:
+                moment_ms = dst.fold.at_ms - FOLD_S * 1000 + self.rng.randint(1000, 4000)
+            elif phase == "burst":
+                moment_ms = burst_ms + self.rng.randint(-200, 600)
+            else:
+                moment_ms = burst_ms + self.rng.randint(2000, 3500)
+            fault_task = asyncio.create_task(self._fault_at(kind, moment_ms, ctx))
+        pause = asyncio.create_task(self._pause_later(workload, burst_ms + PAUSE_AFTER_BURST_MS))
         landed_ms = await self._registered(workload)
-        events = await fault
+        events: list[FaultEvent] = await fault_task
+        paused_ms = await pause
         # Steady load for a while after the fault healed and after the jobs landed (a killed
-        # registry stores them late), so that every round judges steady occurrences.
+        # registry stores them late), so that every round judges steady occurrences; a DST
+        # round's load runs past both copies of its fold.
         until_ms = max(now_ms() + 1000 * STEADY_AFTER_FAULT_S, landed_ms + STEADY_JUDGED_MS)
+        if dst is not None:
+            until_ms = max(until_ms, dst.fold.at_ms + (FOLD_S + 4) * 1000)
         await asyncio.sleep(max(0.0, (until_ms - now_ms()) / 1000))
-        await dep.fetch(QUERIES["chaos_jobs_delete"], tenant, workload.steady_ids)
+        caught_up_s = await self._caught_up(workload)
+        await dep.fetch(QUERIES["chaos_jobs_delete"], tenant, workload.cron_ids)
         deleted_ms = now_ms()
         events = [dataclasses.replace(e, until_ms=deleted_ms) for e in events]
-        expected = workload.expected(landed_ms, deleted_ms)
+        expected = workload.expected(landed_ms, deleted_ms, paused_ms)
         unfinished = await self._drain(tenant, expected)
         exited = self._revive()
+        end_ms = now_ms()
         rows = [
             RunRow(tenant, **dict(r)) for r in await dep.fetch(QUERIES["bench_ledger_runs"], tenant)
         ]
         executions = read_executions(dep.handler_log, tenant)
         await asyncio.to_thread(self.run_topics.catch_up)
         envelopes = self.run_topics.by_tenant.pop(tenant, [])
-        result = check_round(Ledger(expected, rows, executions, events, envelopes, dep.ended()))
+        # Offsets are audited while the workers' group is steady: until the fault's instant
+        # if the fault moves partitions (or a process died on its own), else the whole round.
+        audit_end = moment_ms if fault.moves_partitions or exited else end_ms
+        ledger = Ledger(
+            expected,
+            rows,
+            executions,
+            events,
+            envelopes,
+            dep.ended(),
+            allowed=workload.allowed(start_ms, deleted_ms, paused_ms),
+            takeovers=self.leaders.takeovers(),
+            offset_audits=self.offsets.between(start_ms, audit_end),
+        )
+        result = check_round(ledger)
+        probe = await asyncio.to_thread(self.probe.window, start_ms, deleted_ms)
         return {
             "round": n,
             "fault": kind,
@@ -249,13 +401,31 @@ class Harness:
             "expected": len(expected),
             "registered_after_ms": landed_ms - registered_ms,
             "unfinished_after_drain": unfinished,
+            "caught_up_after_s": caught_up_s,
             "exited_on_their_own": exited,
+            "notes": ctx.notes,
+            "probe": probe.as_dict(),
             "result": result.as_dict(),
         }
 
-    async def _fault_at(self, kind: str, moment_ms: int, ctx: FaultContext) -> Any:
+    async def _caught_up(self, workload: Workload) -> float:
+        """Wait until no active cron job of the round has an unclaimed occurrence due more
+        than a second ago (bounded by the drain bound), so that deleting the jobs cancels no
+        occurrence the round judges; returns how long that took, seconds. A leader that never
+        catches up shows as lost runs."""
+        started = time.monotonic()
+        while time.monotonic() - started < DRAIN_TIMEOUT_S:
+            rows = await self.deployment.fetch(
+                QUERIES["chaos_jobs_behind"], workload.tenant, workload.cron_ids
+            )
+            if not rows[0]["behind"]:
+                break
+            await asyncio.sleep(0.2)
+        return round(time.monotonic() - started, 3)
+
+    async def _fault_at(self, kind: str, moment_ms: int, ctx: FaultContext) -> list[FaultEvent]:
         await asyncio.sleep(max(0.0, (moment_ms - now_ms()) / 1000))
-        return await FAULTS[kind](ctx)
+        return await FAULTS[kind].run(ctx)
 
     async def _drain(self, tenant: str, expected: frozenset[str]) -> int:
         jobs, instants = [], []
@@ -295,8 +465,8 @@ def table(report: dict[str, Any]) -> str:
     """The terminal summary: one line per round, then the totals."""
     lines = [
         f"{'round':>5}  {'fault':<27} {'phase':<6} {'expected':>8} {'lost':>4} "
-        f"{'dupSucc':>7} {'early':>5} {'dupExec%':>8} {'dupDone%':>8} {'unexpl':>6} "
-        f"{'late p99 ms':>11} {'gap s':>6}"
+        f"{'dupSucc':>7} {'early':>5} {'unexp':>5} {'stale':>5} {'unexpl':>6} {'>held':>5} "
+        f"{'offs':>4} {'dupExec%':>8} {'late p99 ms':>11} {'gap s':>6} {'ack s':>6}"
     ]
     for d in report["detail"]:
         r = d["result"]
@@ -305,14 +475,15 @@ def table(report: dict[str, Any]) -> str:
         lines.append(
             f"{d['round']:>5}  {d['fault']:<27} {d['phase']:<6} {d['expected']:>8} "
             f"{r['lost']:>4} {r['duplicate_successes']:>7} {r['early']:>5} "
-            f"{100 * r['duplicate_execution_rate']:>8.3f} "
-            f"{100 * r['duplicate_completion_rate']:>8.3f} "
-            f"{r['reexecutions']['unexplained']:>6} {r['lateness_ms']['p99']:>11} {gap:>6}"
+            f"{r['unexpected']:>5} {r['stale_claims']:>5} "
+            f"{r['reexecutions']['unexplained']:>6} {r['reexecuted_beyond_held']:>5} "
+            f"{r['offsets_ahead']:>4} {100 * r['duplicate_execution_rate']:>8.3f} "
+            f"{r['lateness_ms']['p99']:>11} {gap:>6} {d['probe']['longest_ack_s']:>6.2f}"
         )
     gap_max = report["failover_gap_max_s"]
+    totals = "  ".join(f"{v.replace('_', ' ')} {report[v]}" for v in VERDICTS)
     lines.append(
-        f"rounds {report['rounds']}  faults {report['faults']}  lost {report['lost']}  "
-        f"duplicate successes {report['duplicate_successes']}  early {report['early']}  "
+        f"rounds {report['rounds']}  faults {report['faults']}  {totals}  "
         f"duplicate execution rate {100 * report['duplicate_execution_rate']:.3f}%  "
         f"(handler returned twice {100 * report['duplicate_completion_rate']:.3f}%; "
         f"re-executions by cause {report['reexecutions']})  "

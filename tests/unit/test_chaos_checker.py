@@ -5,11 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tickwheel.bench.chaos.checker import (
+    VERDICTS,
     Envelope,
     Execution,
     FaultEvent,
     Ledger,
+    OffsetAudit,
     RunRow,
+    Takeover,
     check_round,
     failover_gap_s,
     percentiles,
@@ -213,3 +216,91 @@ def test_failover_gap_is_the_longest_silence_after_the_fault_until_the_load_ends
     rows = [_row("a", t, shard_id=1, published_ms=t) for t in instants]
     fault = FaultEvent("kafka_restart", T + 900, until_ms=T + 20_000)
     assert failover_gap_s(fault, rows) == 8.0
+
+
+def test_rows_no_occurrence_allows_are_unexpected() -> None:
+    """a run after its job's deletion, or one a DST policy excludes, is counted by run key;
+    allowed rows are not, and without an allowed set nothing is judged"""
+    rows = [_row("a", T), _row("a", T + 1000), _row("dst", T + 5000)]
+    allowed = frozenset({rows[0].key})
+    result = check_round(Ledger(frozenset(), rows, [], allowed=allowed))
+    assert result.as_dict()["unexpected"] == 2
+    assert result.unexpected == sorted([rows[1].key, rows[2].key])
+    assert check_round(Ledger(frozenset(), rows, [])).unexpected == []
+
+
+def test_a_claim_under_an_epoch_after_a_newer_one_took_over_is_stale() -> None:
+    """epoch 3 took shard 1 over at T: a row of epoch 2 whose claim began after T plus the
+    margin is a stale claim; one that began before, one of epoch 3 and one of another shard
+    are not"""
+    takeovers = [Takeover(1, 2, T - 60_000), Takeover(1, 3, T)]
+    rows = [
+        _row("a", T + 2000, shard_id=1, epoch=2, created_ms=T + 2000),
+        _row("b", T, shard_id=1, epoch=2, created_ms=T + 50),
+        _row("c", T + 2000, shard_id=1, epoch=3, created_ms=T + 2000),
+        _row("d", T + 2000, shard_id=2, epoch=2, created_ms=T + 2000),
+    ]
+    result = check_round(Ledger(frozenset(), rows, [], takeovers=takeovers))
+    assert result.stale_claims == [rows[0].key]
+
+
+def test_reexecutions_of_a_dead_worker_beyond_what_it_held_are_counted() -> None:
+    """worker pid 7 held one run when it died: one re-execution of its runs is within it,
+    a second is one too many; a pid that was not measured is not judged"""
+    rows = [_row("a", T, attempt=2), _row("b", T, attempt=2), _row("c", T, attempt=2)]
+    executions = [
+        _start(rows[0].key, 1, pid=7),
+        _start(rows[0].key, 2, pid=8),
+        _start(rows[1].key, 1, pid=7),
+        _start(rows[1].key, 2, pid=8),
+        _start(rows[2].key, 1, pid=9),
+        _start(rows[2].key, 2, pid=8),
+    ]
+    ended = {7: "worker_died", 9: "worker_died"}
+    faults = [FaultEvent("worker_kill", T, None, "start", pid=7, held=1)]
+    result = check_round(Ledger(frozenset(), rows, executions, faults, ended=ended))
+    assert result.died_with == {7: (2, 1)}
+    assert result.reexecuted_beyond_held == 1
+    faults = [FaultEvent("worker_kill", T, None, "start", pid=7, held=2)]
+    assert check_round(Ledger(frozenset(), rows, executions, faults, ended=ended)).died_with == {
+        7: (2, 2)
+    }
+
+
+def test_a_committed_offset_past_a_run_whose_result_was_not_written_is_offsets_ahead() -> None:
+    """the claimed copy of run a (its record timestamp is published_at) lay below the
+    committed offset at T+100 while a finished at T+500: I5 broken. Run b finished before the
+    audit; run c's copy below the offset is a duplicate, its claimed copy is above"""
+    a = _row("a", T, published_ms=T + 5, finished_ms=T + 500)
+    b = _row("b", T, published_ms=T + 6, finished_ms=T + 50)
+    c = _row("c", T, published_ms=T + 7, finished_ms=T + 500)
+    envelopes = [
+        Envelope(a.key, T, 1, T + 5, "runs", 0, 10),
+        Envelope(b.key, T, 1, T + 6, "runs", 0, 11),
+        Envelope(c.key, T, 1, T + 3, "runs", 0, 12),
+        Envelope(c.key, T, 1, T + 7, "runs", 0, 20),
+    ]
+    audits = [OffsetAudit(T + 100, {("runs", 0): 13})]
+    result = check_round(
+        Ledger(frozenset(), [a, b, c], [], envelopes=envelopes, offset_audits=audits)
+    )
+    assert result.offsets_ahead == [a.key]
+    assert result.offset_audits == 1
+    clean = [OffsetAudit(T + 600, {("runs", 0): 21})]
+    assert (
+        check_round(
+            Ledger(frozenset(), [a, b, c], [], envelopes=envelopes, offset_audits=clean)
+        ).offsets_ahead
+        == []
+    )
+
+
+def test_the_summary_totals_every_verdict_that_must_be_zero() -> None:
+    """each verdict of VERDICTS is a total of the report; lateness is kept per fault kind"""
+    rows = [_row("a", T), _row("b", T, started_ms=T + 700)]
+    keys = frozenset(r.key for r in rows)
+    one = check_round(Ledger(keys, rows, [], allowed=frozenset({rows[0].key})))
+    report = summarize([{"round": 1, "fault": "broker_kill", "result": one.as_dict()}])
+    assert all(v in report for v in VERDICTS)
+    assert report["unexpected"] == 1
+    assert report["lateness_ms_by_fault"] == {"broker_kill": {"p50": 10, "p99": 700, "max": 700}}

@@ -46,6 +46,7 @@ from enum import StrEnum
 from functools import lru_cache
 from itertools import islice
 
+from tickwheel import broken
 from tickwheel.schedule.errors import ScheduleError, parse_choice
 from tickwheel.schedule.fields import FIELDS_5, FIELDS_6, FieldError, parse_fields
 from tickwheel.schedule.hashing import (
@@ -332,6 +333,8 @@ class CronSchedule:
         shift_gaps = fixed and self.dst_gap is DstGap.SHIFT
         drop_second_copy = fixed and self.dst_overlap is DstOverlap.FIRST
         drop_first_copy = fixed and self.dst_overlap is DstOverlap.LAST
+        if broken.on(broken.DST_OVERLAP_IGNORED):
+            drop_second_copy = drop_first_copy = False
         matcher = self._matcher
         segment = self._timeline.segment_at(t)
         # The last search's (from, result): a later search from inside that span has the same

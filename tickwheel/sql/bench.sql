@@ -41,7 +41,9 @@ INSERT INTO tenants (name) VALUES ($1) ON CONFLICT DO NOTHING
 SELECT job_id, (extract(epoch FROM scheduled_at) * 1000)::bigint AS scheduled_ms, status,
        attempt, shard_id, worker,
        (extract(epoch FROM published_at) * 1000)::bigint AS published_ms,
-       (extract(epoch FROM started_at) * 1000)::bigint AS started_ms
+       (extract(epoch FROM started_at) * 1000)::bigint AS started_ms, epoch,
+       (extract(epoch FROM created_at) * 1000)::bigint AS created_ms,
+       (extract(epoch FROM finished_at) * 1000)::bigint AS finished_ms
 FROM job_runs
 WHERE tenant = $1
 
@@ -84,6 +86,28 @@ SELECT count(*) AS n FROM jobs WHERE tenant = $1 AND status <> 'deleted'
 -- The steady jobs end with their round: deleted as the registry deletes (version bump).
 UPDATE jobs SET status = 'deleted', version = version + 1
 WHERE tenant = $1 AND job_id = ANY($2::text[]) AND status <> 'deleted'
+
+-- chaos_jobs_pause --
+-- A steady job paused mid-round, as the registry pauses (version bump): no run after this.
+UPDATE jobs SET status = 'paused', version = version + 1
+WHERE tenant = $1 AND job_id = ANY($2::text[]) AND status = 'active'
+
+-- chaos_shard_epochs --
+-- Every shard's epoch and when its takeover began (database clock): the harness's record of
+-- takeovers, for the stale-claims verdict.
+SELECT shard_id, epoch, (extract(epoch FROM since) * 1000)::bigint AS since_ms
+FROM shard_leaders
+
+-- chaos_runs_held --
+-- The runs a worker holds: `running` under its name. Read right after the harness killed it.
+SELECT count(*) AS n FROM job_runs WHERE worker = $1 AND status = 'running'
+
+-- chaos_jobs_behind --
+-- Whether a round's active cron jobs still have an occurrence due more than a second ago that
+-- no leader claimed yet (a leader held up by a fault is catching up): the round deletes its
+-- jobs only once this is false, so every occurrence it judges was claimable.
+SELECT coalesce(min(next_run_at) < clock_timestamp() - interval '1 second', false) AS behind
+FROM jobs WHERE tenant = $1 AND job_id = ANY($2::text[]) AND status = 'active'
 
 -- chaos_unfinished --
 -- How many of the judged occurrences have no terminal row yet.

@@ -7,7 +7,7 @@
 --
 -- The statuses a statement matches arrive as a parameter ($8 of worker_claim, and so on), not
 -- as literals. With literals the planner may read every run in flight through a partial index
--- whose predicate they imply (job_runs_lease, job_runs_in_flight) and compare each with the
+-- whose predicate they imply (job_runs_lease, job_runs_overlap) and compare each with the
 -- batch, and it does so whenever the day's partition was analysed while few runs were in
 -- flight, which is the normal state when a burst starts: a claim of 16 runs then cost ~1 ms
 -- of Postgres CPU per run instead of 40 µs (docs/BENCHMARKS.md). A parameter implies no index
@@ -46,6 +46,40 @@ WITH wanted AS (
       AND r.status = ANY ($8::text[]) AND r.attempt = w.attempt
       -- A pending run without a lease is held back by overlap buffer_one: no scheduler has
       -- sent it, so a message naming it must not start it (buffered_release leases it).
+      AND r.lease_until IS NOT NULL
+    RETURNING r.tenant, r.job_id, r.scheduled_at, r.attempt, r.max_attempts, r.started_at
+)
+SELECT c.tenant, c.job_id,
+       (extract(epoch FROM c.scheduled_at) * 1000)::bigint AS scheduled_ms,
+       c.attempt, c.max_attempts,
+       (extract(epoch FROM c.started_at) * 1000)::bigint AS started_ms,
+       coalesce(j.backoff_base_ms, 10000) AS backoff_base_ms,
+       coalesce(j.backoff_cap_ms, 600000) AS backoff_cap_ms,
+       j.handler, j.target::text AS target, j.payload::text AS payload, j.timeout_ms
+FROM claimed c
+LEFT JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
+
+-- broken_worker_claim_ignores_lease --
+-- TEST ONLY (tickwheel/broken.py, variant claim_ignores_lease): `worker_claim` with its guard
+-- removed: a run already running under another worker's live lease is claimed again at the
+-- same attempt. The chaos checker must catch the second execution this allows.
+WITH wanted AS (
+    SELECT w.tenant, w.job_id,
+           'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond' AS scheduled_at,
+           w.attempt,
+           'epoch'::timestamptz + w.published_ms * interval '1 millisecond' AS published_at
+    FROM unnest(string_to_array($1::text, ','), string_to_array($2::text, ','),
+                string_to_array($3::text, ',')::bigint[], string_to_array($4::text, ',')::integer[],
+                string_to_array($7::text, ',', 'n')::bigint[])
+         AS w(tenant, job_id, scheduled_ms, attempt, published_ms)
+), claimed AS (
+    UPDATE job_runs r
+    SET status = 'running', worker = $5::text, started_at = now(),
+        lease_until = now() + $6::bigint * interval '1 millisecond',
+        published_at = coalesce(w.published_at, r.published_at)
+    FROM wanted w
+    WHERE r.tenant = w.tenant AND r.job_id = w.job_id AND r.scheduled_at = w.scheduled_at
+      AND (r.status = ANY ($8::text[]) OR r.status = 'running') AND r.attempt = w.attempt
       AND r.lease_until IS NOT NULL
     RETURNING r.tenant, r.job_id, r.scheduled_at, r.attempt, r.max_attempts, r.started_at
 )

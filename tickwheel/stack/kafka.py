@@ -1,11 +1,14 @@
-"""Apache Kafka 4 in KRaft mode (one node, broker and controller) for the local stack: its
-config, its one-time log-directory format, its start, and what "healthy" means."""
+"""Apache Kafka 4 in KRaft mode for the local stack: one node (broker and controller) for
+`tickwheel dev`, or a cluster of such combined nodes for the chaos harness's replicated stack
+(`replicated.py`); their config, the one-time log-directory format, the start, and what
+"healthy" means."""
 
 from __future__ import annotations
 
 import base64
 import subprocess
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from tickwheel.config import Settings
@@ -15,17 +18,67 @@ from tickwheel.stack.jvm import Jvm, find_java
 from tickwheel.stack.procs import HEALTH_PROBE_TIMEOUT_S, reason
 
 KAFKA_START_TIMEOUT_S = 120
+SINGLE_HEAP = "1g"
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    """One combined broker+controller node: its id and ports."""
+
+    node_id: int
+    port: int
+    controller_port: int
+
+
+@dataclass(frozen=True)
+class KafkaCluster:
+    """The nodes of one KRaft cluster (every node is a voter) and its durability settings.
+
+    A cluster of three replicates every topic three times and acknowledges a write once two
+    replicas have it (`min.insync.replicas`), so one broker may die without losing an
+    acknowledged message or stopping producers (docs/RELIABILITY.md). A broker that stops
+    heart-beating is fenced after `session_ms` and leaves the in-sync replicas with it.
+    """
+
+    nodes: tuple[KafkaNode, ...]
+    min_insync: int = 2
+    heap: str = "384m"
+    session_ms: int = 4000  # broker.session.timeout.ms: a dead broker is fenced after this
+    heartbeat_ms: int = 1000
+    replica_lag_ms: int = 6000  # replica.lag.time.max.ms
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
 
 class Kafka:
-    """The stack's Kafka: `<root>/kafka/{server.properties,log4j2.properties,data/}`."""
+    """One Kafka node: `<root>/kafka[-<id>]/{server.properties,log4j2.properties,data/}`.
 
-    name = "kafka"
+    Without `cluster` it is the dev stack's single node (ports from the settings); with it,
+    node `node_id` of that cluster."""
 
-    def __init__(self, settings: Settings, root: Path, jars: Jars) -> None:
-        self.port = settings.dev_kafka_port
-        self.controller_port = settings.dev_kafka_controller_port
-        self.home = root / "kafka"
+    def __init__(
+        self,
+        settings: Settings,
+        root: Path,
+        jars: Jars,
+        cluster: KafkaCluster | None = None,
+        node_id: int | None = None,
+    ) -> None:
+        if cluster is None:
+            node = KafkaNode(1, settings.dev_kafka_port, settings.dev_kafka_controller_port)
+            self.cluster = KafkaCluster((node,), min_insync=1, heap=SINGLE_HEAP)
+            self.name = "kafka"
+        else:
+            node = next(n for n in cluster.nodes if n.node_id == node_id)
+            self.cluster = cluster
+            self.name = f"kafka-{node.node_id}"
+        self.node = node
+        self.port = node.port
+        self.controller_port = node.controller_port
+        self.root = root
+        self.home = root / self.name
         self.logs = root / "logs"
         self.jars = jars
         self.jvm = Jvm(self.name, root)
@@ -39,22 +92,49 @@ class Kafka:
             self.jars.classpath("kafka"),
             "kafka.Kafka",
             [str(props)],
-            "1g",
+            self.cluster.heap,
             [f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={self.logs}"],
         )
+
+    def _replication_lines(self) -> list[str]:
+        c = self.cluster
+        if len(c.nodes) == 1:
+            # Single node: every internal topic has one replica.
+            return [
+                "offsets.topic.replication.factor=1",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "share.coordinator.state.topic.replication.factor=1",
+                "share.coordinator.state.topic.min.isr=1",
+            ]
+        rf = len(c.nodes)
+        return [
+            f"offsets.topic.replication.factor={rf}",
+            f"transaction.state.log.replication.factor={rf}",
+            f"transaction.state.log.min.isr={c.min_insync}",
+            f"share.coordinator.state.topic.replication.factor={rf}",
+            f"share.coordinator.state.topic.min.isr={c.min_insync}",
+            f"default.replication.factor={rf}",
+            f"min.insync.replicas={c.min_insync}",
+            "unclean.leader.election.enable=false",
+            f"broker.session.timeout.ms={c.session_ms}",
+            f"broker.heartbeat.interval.ms={c.heartbeat_ms}",
+            f"replica.lag.time.max.ms={c.replica_lag_ms}",
+        ]
 
     def _config(self) -> Path:
         home = self.home
         data = home / "data"
         data.mkdir(parents=True, exist_ok=True)
         port, cport = self.port, self.controller_port
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.cluster.nodes)
         props = home / "server.properties"
         props.write_text(
             "\n".join(
                 [
                     "process.roles=broker,controller",
-                    "node.id=1",
-                    f"controller.quorum.voters=1@127.0.0.1:{cport}",
+                    f"node.id={self.node.node_id}",
+                    f"controller.quorum.voters={voters}",
                     f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
                     f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
                     "controller.listener.names=CONTROLLER",
@@ -62,15 +142,11 @@ class Kafka:
                     "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
                     f"log.dirs={data}",
                     "num.partitions=1",
-                    # Single node: every internal topic has one replica. Fewer internal partitions
-                    # than the defaults (50) make a cold start and group joins much quicker.
-                    "offsets.topic.replication.factor=1",
+                    *self._replication_lines(),
+                    # Fewer internal partitions than the defaults (50) make a cold start and
+                    # group joins much quicker.
                     "offsets.topic.num.partitions=8",
-                    "transaction.state.log.replication.factor=1",
-                    "transaction.state.log.min.isr=1",
                     "transaction.state.log.num.partitions=4",
-                    "share.coordinator.state.topic.replication.factor=1",
-                    "share.coordinator.state.topic.min.isr=1",
                     "group.initial.rebalance.delay.ms=0",
                     "auto.create.topics.enable=false",
                     "delete.topic.enable=true",
@@ -103,8 +179,8 @@ class Kafka:
         )
         if not (data / "meta.properties").is_file():
             # A KRaft log directory must be formatted once with a cluster id (22 chars of
-            # URL-safe base64, like `kafka-storage random-uuid`).
-            cluster_id = new_cluster_id()
+            # URL-safe base64, like `kafka-storage random-uuid`), the same on every node.
+            cluster_id = self._cluster_id()
             out = subprocess.run(
                 [
                     find_java(),
@@ -129,6 +205,14 @@ class Kafka:
                     + (out.stderr or out.stdout).strip().splitlines()[-1]
                 )
         return props
+
+    def _cluster_id(self) -> str:
+        if len(self.cluster.nodes) == 1:
+            return new_cluster_id()
+        stamp = self.root / "kafka-cluster.id"
+        if not stamp.is_file():
+            stamp.write_text(new_cluster_id())
+        return stamp.read_text().strip()
 
 
 def new_cluster_id() -> str:

@@ -1,4 +1,6 @@
-"""Postgres for the local stack: a private cluster (`initdb`, `pg_ctl`) on a loopback port.
+"""Postgres for the local stack: a private cluster (`initdb`, `pg_ctl`) on a loopback port, or
+(for the chaos harness's replicated stack, `replicated.py`) one of two: a primary and a
+streaming standby made from it with `pg_basebackup`, promoted with `pg_ctl promote`.
 
 Postgres refuses to run as root, so as root the cluster runs as an unprivileged OS user
 (`postgres`, or a created `tickwheel`). If that user cannot reach the checkout (a 0700 home),
@@ -8,11 +10,13 @@ the cluster lives in `/var/tmp/tickwheel-pg-<random>` instead, recorded in `<roo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -51,12 +55,14 @@ def find_pg_bin(tool: str) -> str:
 
 
 class Postgres:
-    """The stack's Postgres cluster: `<home>/data`, its log linked as `<root>/logs/postgres.log`."""
+    """One Postgres cluster of the stack: `<home>/data` (`<home>/data-<name>` for a named
+    node of the replicated stack), its log linked as `<root>/logs/<name>.log`."""
 
-    name = "postgres"
-
-    def __init__(self, settings: Settings, root: Path) -> None:
-        self.port = settings.dev_pg_port
+    def __init__(
+        self, settings: Settings, root: Path, name: str = "postgres", port: int | None = None
+    ) -> None:
+        self.name = name
+        self.port = settings.dev_pg_port if port is None else port
         self.root = root
         self.logs = root / "logs"
 
@@ -120,7 +126,7 @@ class Postgres:
         return done
 
     def data(self) -> Path:
-        return self.home() / "data"
+        return self.home() / ("data" if self.name == "postgres" else f"data-{self.name}")
 
     def start(self) -> None:
         home, data = self.home(), self.data()
@@ -149,9 +155,9 @@ class Postgres:
             )
             if out.returncode != 0:
                 raise StackError("initdb failed: " + (out.stderr.strip().splitlines() or ["?"])[-1])
-        log = home / "postgres.log"
+        log = home / f"{self.name}.log"
         self.logs.mkdir(parents=True, exist_ok=True)
-        link = self.logs / "postgres.log"
+        link = self.logs / f"{self.name}.log"
         if not link.is_symlink():
             link.unlink(missing_ok=True)
             link.symlink_to(log)
@@ -182,7 +188,8 @@ class Postgres:
         )
         if out.returncode != 0:
             raise StackError(f"Postgres did not start (port {self.port} busy?): " + tail(log, 3))
-        self._ensure_dev_database()
+        if not (data / "standby.signal").is_file():
+            self._ensure_dev_database()
 
     def _ensure_dev_database(self) -> None:
         import asyncpg
@@ -222,6 +229,85 @@ class Postgres:
             ]
         )
         return True
+
+    # --- the replicated stack's primary and standby ---------------------------------------
+
+    def base_backup_from(self, primary_port: int) -> None:
+        """Make this (stopped) node a streaming standby of the primary on `primary_port`: a
+        fresh `pg_basebackup -R` of it. A standby never carries `synchronous_standby_names`
+        (the primary's is copied with its configuration): promoted, it would wait for a
+        standby of its own before any commit returned."""
+        data = self.data()
+        shutil.rmtree(data, ignore_errors=True)
+        home = self.home()
+        home.mkdir(parents=True, exist_ok=True)
+        user = self._pg_user()
+        if user is not None:
+            os.chown(home, user.pw_uid, user.pw_gid)
+        out = self._as_pg_user(
+            [
+                find_pg_bin("pg_basebackup"),
+                "-D",
+                str(data),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(primary_port),
+                "-U",
+                DEV_DB_USER,
+                "-X",
+                "stream",
+                "-R",
+                "--checkpoint=fast",
+                "--no-sync",
+            ]
+        )
+        if out.returncode != 0:
+            raise StackError(
+                "pg_basebackup failed: " + (out.stderr.strip().splitlines() or ["?"])[-1]
+            )
+        auto = data / "postgresql.auto.conf"
+        kept = [
+            line
+            for line in auto.read_text().splitlines()
+            if not line.startswith("synchronous_standby_names")
+        ]
+        auto.write_text("\n".join(kept) + "\n")
+
+    def promote(self) -> None:
+        """`pg_ctl promote`: this standby becomes a primary (waits until it accepts writes)."""
+        out = self._as_pg_user(
+            [find_pg_bin("pg_ctl"), "-D", str(self.data()), "-w", "-t", "60", "promote"]
+        )
+        if out.returncode != 0:
+            raise StackError("pg_ctl promote failed: " + (out.stderr or out.stdout).strip())
+
+    def kill(self) -> list[int]:
+        """kill -9 of the postmaster and every process it started, as a crash of its machine
+        would end them (no shutdown checkpoint, no goodbye to any client); returns the pids."""
+        pm = self.pid()
+        if pm is None or not pid_alive(pm):
+            return []
+        victims = [pm, *_children(pm)]
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return victims
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is `pid` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
 
 
 def probe_postgres(dsn: str) -> str | None:
