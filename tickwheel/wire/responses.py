@@ -140,3 +140,68 @@ class Health(BaseModel):
     parts: dict[str, PartHealth] = Field(
         default_factory=dict, description="each long-running part of the process"
     )
+
+
+class PreviewReason(BaseModel):
+    rule: str = Field(
+        ...,
+        description="the rule as the job document names it: 'dst.gap shift', 'dst.gap skip', "
+        "'dst.overlap first|last|both', 'interval', 'H'",
+    )
+    text: str = Field(..., description="one sentence for people")
+
+
+class PreviewOccurrence(BaseModel):
+    at: str = Field(..., description="the instant, ISO-8601 UTC")
+    local: str = Field(..., description="the wall time in the job's zone, without offset")
+    offset: str = Field(..., description="the zone's UTC offset then, e.g. +02:00")
+    abbreviation: str = Field(..., description="the zone's name for that offset, e.g. CEST")
+    reasons: list[PreviewReason] = Field(
+        ..., description="the DST and H rules that put it there (empty: its wall time as such)"
+    )
+
+
+class PreviewSpan(BaseModel):
+    from_: str = Field(..., alias="from", description="ISO-8601 UTC, included")
+    to: str = Field(..., description="ISO-8601 UTC, excluded")
+
+
+class PreviewMisfire(BaseModel):
+    rule: str = Field(..., description="'misfire.grace_ms' or 'misfire.policy <policy>'")
+    text: str = Field(..., description="what a claim now would do, for people")
+    now: str = Field(..., description="the instant the claim is imagined at (the registry's now)")
+    due: str = Field(..., description="the next due occurrence")
+    run: list[str] = Field(..., description="the occurrences such a claim would run")
+    skipped: int = Field(..., description="occurrences it would record skipped one by one")
+    skipped_span: PreviewSpan | None = Field(
+        ..., description="occurrences it would record skipped as one entry"
+    )
+    next_run_at: str | None = Field(..., description="the job's next occurrence after the claim")
+
+
+class HashedField(BaseModel):
+    field: str = Field(..., description="the cron field, e.g. minute")
+    item: str = Field(..., description="the H item as written, e.g. H(0-5)")
+    values: list[int] = Field(..., description="the values the job's key resolves it to")
+
+
+class JobPreview(BaseModel):
+    """The next occurrences of a job, each with why it is there (`GET /v1/jobs/{id}/preview`)."""
+
+    id: str
+    status: VisibleStatus
+    schedule: str | None = Field(..., description="the cron expression; null for a one-off")
+    resolved: str | None = Field(..., description="the expression with its H items resolved")
+    timezone: str
+    style: Literal["fixed-hour", "interval"] | None = Field(
+        ...,
+        description="interval: the hour field is *, */n or H/n, so the schedule follows "
+        "elapsed time and the DST policies do not apply",
+    )
+    dst: dict[str, str] | None = Field(..., description="the job's DST policies (cron jobs)")
+    key: str | None = Field(..., description="the key H items hash: <tenant>/<job id>")
+    hashed: list[HashedField]
+    occurrences: list[PreviewOccurrence]
+    misfire: PreviewMisfire | None = Field(
+        ..., description="what a claim now would do with the first occurrence and those after it"
+    )
