@@ -117,7 +117,11 @@ class JobDocument(StrictModel):
     timezone: str = Field("UTC", max_length=64, description="IANA zone name")
     handler: str | None = Field(None, pattern=HANDLER_PATTERN, max_length=256)
     target: Target | None = None
-    payload: Any = Field(default_factory=dict)
+    payload: Any = Field(
+        default_factory=dict,
+        description="any JSON value but null, at most the registry's payload limit",
+        json_schema_extra={"not": {"type": "null"}},
+    )
     priority: PriorityValue = Priority.NORMAL.value
     max_attempts: int = Field(5, ge=1, le=MAX_ATTEMPTS_LIMIT)
     backoff: Backoff = Field(default_factory=Backoff)  # type: ignore[arg-type]
