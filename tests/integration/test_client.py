@@ -8,6 +8,7 @@ topics and the intake's committed offsets alone."""
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import time
 import uuid
@@ -275,3 +276,50 @@ def test_a_registration_kafka_does_not_store_is_reported_failed(deployment: Depl
     [failed] = outcomes
     assert (failed.status, failed.job_id, failed.partition) == ("failed", "nowhere", None)
     assert failed.reason
+
+
+# --- docs/CLIENT.md -------------------------------------------------------------------------
+
+CLIENT_MD = Path(__file__).resolve().parents[2] / "docs" / "CLIENT.md"
+PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+TEXT_BLOCK = re.compile(r"```text\n(.*?)```", re.S)
+
+
+def test_the_client_guide_s_examples_run_as_written(
+    deployment: Deployment,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every Python example of docs/CLIENT.md runs, in order, against the real registry,
+    scheduler and worker; what they print is what they did (the job, its succeeded run, the
+    refused fields, the registrar's outcomes), and the guide's printed sample is that output."""
+    deployment.start_runners(tmp_path / "runs.log")
+    env = deployment.env
+    for name, value in {
+        "TICKWHEEL_URL": deployment.url,
+        "TICKWHEEL_API_KEY": deployment.api_key,
+        "TICKWHEEL_TENANT": deployment.tenant,
+        "TICKWHEEL_KAFKA": env.stack.kafka,
+        "TICKWHEEL_TOPIC_PREFIX": env.topics.prefix,
+    }.items():
+        monkeypatch.setenv(name, value)
+    guide = CLIENT_MD.read_text()
+    examples = PYTHON_BLOCK.findall(guide)
+    assert len(examples) == 4
+    for n, code in enumerate(examples, 1):
+        exec(compile(code, f"docs/CLIENT.md example {n}", "exec"), {"__name__": "__main__"})
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "created nightly-report version 1 next " in out
+    [ran] = [line for line in lines if line.startswith(f"{deployment.tenant}/nightly-report@")]
+    assert ran.endswith(" succeeded attempt 1 origin trigger")
+    assert "refused: priority - Input should be 'high', 'normal' or 'low'" in lines
+    assert "not found: there is no job with id 'no-such-job'" in lines
+    assert "job nightly-report 30 2 * * *" in out
+    assert len([line for line in lines if line.startswith("fires ")]) == 3
+    [sample] = TEXT_BLOCK.findall(guide)
+    for shown in sample.splitlines():
+        prefix = shown.split("…")[0]
+        assert any(line.startswith(prefix) for line in lines), (shown, out)
+    assert _registrations_follow_their_schema(deployment) == 3

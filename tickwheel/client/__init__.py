@@ -27,6 +27,7 @@ from tickwheel.client.errors import (
     Unavailable,
 )
 from tickwheel.client.http import AsyncClient, Client
+from tickwheel.client.registrar import Outcome, Registrar
 from tickwheel.wire.job import Backoff, Dst, JobDocument, Misfire, Target
 from tickwheel.wire.responses import (
     BackfillAccepted,
@@ -51,7 +52,9 @@ __all__ = [
     "JobPreview",
     "Misfire",
     "NotFound",
+    "Outcome",
     "RateLimited",
+    "Registrar",
     "RetryPolicy",
     "Run",
     "ServerError",
