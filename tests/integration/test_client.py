@@ -224,6 +224,16 @@ def test_the_registrar_reports_applied_and_rejected_with_the_reason(deployment: 
     [refused] = unsigned
     assert refused.status == "rejected" and (refused.reason or "").startswith("unsigned")
     assert _registrations_follow_their_schema(deployment) == 4
+    # The registry's /metrics counts what its intake settled (the intake-rejections alert);
+    # a batch is counted once the intake has taken its next one, so allow it a moment.
+    wanted = [
+        'tickwheel_registry_intake_registrations_total{result="applied"} 1.0',
+        'tickwheel_registry_intake_registrations_total{result="rejected"} 3.0',
+    ]
+    deadline = time.monotonic() + 15
+    while not all(line in (text := httpx.get(f"{deployment.url}/metrics").text) for line in wanted):
+        assert time.monotonic() < deadline, text
+        time.sleep(0.2)
 
 
 def test_registrar_versions_increase_and_a_stale_one_is_rejected(deployment: Deployment) -> None:
