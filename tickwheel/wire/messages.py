@@ -8,9 +8,12 @@ a pydantic pass would cost microseconds per run). The two are held together by t
 schema, every message the schema admits the decoder accepts (on generated samples), and every
 message on a test's topics validates when the test ends (tests/conftest.py).
 
-Where the decoder is more lenient than the schema — it ignores unknown fields, takes a missing
-`payload` as null, a `null` optional field as absent, any string as a priority or origin — the
-schema is the contract: what a producer must send. Rules JSON Schema cannot state are in the
+Where a decoder is more lenient than its schema — it ignores unknown fields, takes a missing
+`payload` as null and a `null` optional field as absent, leaves a registration's job document
+and a run's handler and target to the registry and the job's row — the schema is the contract:
+what a producer must send. The bounds both check have one home, `tickwheel.domain` (tenant and
+job id forms, instants of 1900-8999, attempts within an int32) and `tickwheel.envelopes` (the
+length of a report's free text). Rules JSON Schema cannot state are in the
 descriptions: a run key names its own tenant, job id and instant; a truncated original is a
 prefix of the bytes its size and digest describe.
 
@@ -24,7 +27,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, RootModel
 
-from tickwheel.schedule.cron import MAX_AFTER_MS, MIN_AFTER_MS
+from tickwheel.domain import ATTEMPT_MAX, INSTANT_MAX_MS, INSTANT_MIN_MS, TENANT_PATTERN
+from tickwheel.envelopes import INT64_MAX, TEXT_MAX_CHARS
 from tickwheel.signatures import PREFIX_CHARS, SIGNATURE_HEADER
 from tickwheel.wire.job import (
     HANDLER_PATTERN,
@@ -47,12 +51,10 @@ __all__ = [
     "RunEnvelopeMessage",
 ]
 
-# The tenants_name_form constraint of migration 0001 (tests hold the two equal).
-TENANT_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 RUN_KEY_PATTERN = r"^[A-Za-z0-9._-]{1,64}/[A-Za-z0-9._:-]{1,128}@-?[0-9]+$"
 IDEMPOTENCY_KEY_MAX_CHARS = 255  # as the HTTP trigger's Idempotency-Key header
 INSTANT_MAX_CHARS = 64  # an ISO-8601 instant of a backfill's range, as the HTTP body's
-REASON_MAX_CHARS = 2000  # envelopes.REJECTION_REASON_MAX_CHARS (tests hold the two equal)
+REASON_MAX_CHARS = TEXT_MAX_CHARS  # a report's free text is cut to this (envelopes.cut_text)
 SHA256_HEX = r"^[0-9a-f]{64}$"
 # Canonical base64 with padding (RFC 4648 §3.5: the unused bits of the last character are zero),
 # as every standard encoder writes it: one byte string has exactly one form.
@@ -74,7 +76,12 @@ Version = Annotated[
     ),
 ]
 UnixMs = Annotated[
-    int, Field(ge=MIN_AFTER_MS, lt=MAX_AFTER_MS, description="unix milliseconds, UTC")
+    int,
+    Field(
+        ge=INSTANT_MIN_MS,
+        lt=INSTANT_MAX_MS,
+        description="unix milliseconds, UTC, of the years 1900 to 8999",
+    ),
 ]
 Base64Bytes = Annotated[
     str,
@@ -252,10 +259,18 @@ class RunFields(StrictModel):
     tenant: Tenant
     job_id: JobId
     scheduled_at: UnixMs
-    attempt: int = Field(..., ge=1, description="the dispatch this message is: 1 the first")
-    epoch: int = Field(..., ge=0, description="the shard leader's epoch that dispatched it")
+    attempt: int = Field(
+        ..., ge=1, le=ATTEMPT_MAX, description="the dispatch this message is: 1 the first"
+    )
+    epoch: int = Field(
+        ..., ge=0, le=INT64_MAX, description="the shard leader's epoch that dispatched it"
+    )
     priority: PriorityValue
-    payload: Any = Field(..., description="a copy of the job's payload (any JSON)")
+    payload: Any = Field(
+        ...,
+        description="a copy of the job's payload (any JSON; null in a dead letter that had to "
+        "leave it out, see payload_omitted)",
+    )
     timeout_ms: int = Field(..., ge=1, le=TIMEOUT_LIMIT_MS)
     origin: OriginValue | None = Field(
         None, description="how the run came to be; absent in envelopes of older leaders"
@@ -294,13 +309,25 @@ class RunEnvelopeMessage(RootModel[HandlerRun | TargetRun]):
 # --- <prefix>.runs.dlq -----------------------------------------------------------------------
 
 
+class OmittedPayload(StrictModel):
+    size: int = Field(..., ge=0, description="bytes of the payload's JSON")
+    sha256: str = Field(..., pattern=SHA256_HEX, description="SHA-256 of the payload's JSON, hex")
+
+
 class Dead(StrictModel):
     """What a dead letter adds to a run's envelope."""
 
-    error: str = Field(..., description="the last attempt's error")
-    attempts: int = Field(..., ge=1, description="attempts the run had")
+    error: str = Field(
+        ..., max_length=TEXT_MAX_CHARS, description="the last attempt's error (cut with …)"
+    )
+    attempts: int = Field(..., ge=1, le=ATTEMPT_MAX, description="attempts the run had")
     dead_at: UnixMs
     worker: str | None = Field(None, description="the worker that recorded the last attempt")
+    payload_omitted: OmittedPayload | None = Field(
+        None,
+        description="set when the payload was left out (null) so that the letter fits one "
+        "message; the job's row keeps it",
+    )
 
 
 class DeadHandlerRun(HandlerRun, Dead):
@@ -321,7 +348,7 @@ class Unreadable(StrictModel):
     """The fields of every unreadable-message dead letter."""
 
     kind: Literal["unreadable"]
-    error: str = Field(..., description="why it is no run envelope")
+    error: str = Field(..., max_length=TEXT_MAX_CHARS, description="why it is no run envelope")
     source: DlqSource
     worker: str = Field(..., description="the worker that read it")
     dead_at: UnixMs
