@@ -213,8 +213,10 @@ class RunEnvelope(NamedTuple):
             and 1 <= attempt <= ATTEMPT_MAX
             and 0 <= epoch <= INT64_MAX
             and 1 <= timeout <= INT64_MAX
-            and get("priority") in _PRIORITY_SET
-            and (origin is None or origin in _ORIGIN_SET)
+            # An object or array is unhashable: `in` a set would raise TypeError, not refuse.
+            and type(priority := get("priority")) is str
+            and priority in _PRIORITY_SET
+            and (origin is None or (type(origin) is str and origin in _ORIGIN_SET))
             and (
                 (type(handler) is str and target is None)
                 or (handler is None and type(target) is dict)
