@@ -50,10 +50,12 @@ def create_app(
     *,
     clock: Callable[[], int] = now_ms,
     parts: Mapping[str, PartState] | None = None,
+    metrics: Metrics | None = None,
 ) -> FastAPI:
     """The registry HTTP API over `store`; `clock` gives now in UTC milliseconds; `parts`, the
-    process's health records, are reported (and a dead one fails) by /healthz."""
-    metrics = Metrics()
+    process's health records, are reported (and a dead one fails) by /healthz; `metrics`, the
+    process's collectors when other parts count into them too (the intake), served at /metrics."""
+    metrics = metrics or Metrics()
     app = FastAPI(
         title="tickwheel registry",
         version="1",

@@ -14,12 +14,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tickwheel.registry_api.errors import too_large
+from tickwheel.registry_api.intake import BatchReport
 from tickwheel.registry_api.state import CHANGING, Outcome
 
 # The request log's logger keeps the name docs/API.md gives it.
 log = logging.getLogger("tickwheel.registry_api.http")
 
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+INTAKE_RESULTS = ("applied", "rejected")  # a registration ends one or the other (DESIGN I7)
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -49,6 +51,19 @@ class Metrics:
         )
         for outcome in CHANGING:
             self.job_changes.labels(outcome)  # exported as 0 before the first change
+        self.intake = Counter(
+            "tickwheel_registry_intake_registrations",
+            "Kafka registrations the intake settled, by result (applied, rejected)",
+            ("result",),
+            registry=self.registry,
+        )
+        for result in INTAKE_RESULTS:
+            self.intake.labels(result)
+
+    def intake_batch(self, report: BatchReport) -> None:
+        """Count one settled intake batch (the intake's `on_batch`)."""
+        self.intake.labels("rejected").inc(report.rejected)
+        self.intake.labels("applied").inc(report.messages - report.rejected)
 
     def changed(self, outcome: Outcome) -> None:
         if outcome.changed:

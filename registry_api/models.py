@@ -1,139 +1,52 @@
-"""The HTTP API's response models: what the OpenAPI schema promises (the request body is
-`document.JobDocument`). Handlers render bodies themselves (render.py); these only describe."""
+"""The HTTP API's OpenAPI `responses`. The models themselves (what the schema promises; the
+request body is the job document) live on the ground, in `tickwheel.wire.responses`, where
+`tickwheel.client` reads answers with them; they are re-exported here for the registry's
+modules. Handlers render bodies themselves (render.py); the models only describe."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from tickwheel.wire.responses import (
+    BackfillAccepted,
+    BackfillBody,
+    ErrorBody,
+    FieldError,
+    Health,
+    Job,
+    JobPage,
+    JobPreview,
+    KindValue,
+    OriginValue,
+    PartHealth,
+    Run,
+    RunPage,
+    RunStatusValue,
+    TriggerAccepted,
+    ValidationErrorBody,
+    VisibleStatus,
+)
 
-from tickwheel.domain import JobKind, JobStatus, RunOrigin, RunStatus, literal_of
-from tickwheel.registry_api.document import VERSION_MAX, JobDocument
-
-# The statuses a job can be seen in (a deleted job is not found), a run's, a job's kinds.
-if TYPE_CHECKING:
-    VisibleStatus: TypeAlias = str
-    RunStatusValue: TypeAlias = str
-    KindValue: TypeAlias = str
-    OriginValue: TypeAlias = str
-else:
-    VisibleStatus = literal_of((JobStatus.ACTIVE, JobStatus.PAUSED, JobStatus.COMPLETED))
-    RunStatusValue = literal_of(RunStatus)
-    KindValue = literal_of(JobKind)
-    OriginValue = literal_of(RunOrigin)
-
-
-class Job(JobDocument):
-    """A stored job: the document with every default filled in, plus the registry's fields."""
-
-    next_run_at: str | None = Field(
-        ..., description="next scheduled instant, ISO-8601 UTC; null when nothing is due"
-    )
-    status: VisibleStatus
-    version: int = Field(
-        ...,
-        ge=1,
-        description=(
-            "starts at 1 and is bumped by every change; an explicit version (Kafka "
-            f"registrations) is an integer from 1 to {VERSION_MAX} (2^53 - 1)"
-        ),
-    )
-    created_at: str = Field(..., description="ISO-8601 UTC")
-    updated_at: str = Field(..., description="ISO-8601 UTC")
-
-
-class JobPage(BaseModel):
-    items: list[Job]
-    next: str | None = Field(..., description="cursor of the next page; null on the last page")
-
-
-class Run(BaseModel):
-    run_key: str = Field(..., description="<tenant>/<job id>@<unix ms>")
-    scheduled_at: str = Field(..., description="ISO-8601 UTC")
-    status: RunStatusValue
-    attempt: int
-    started_at: str | None
-    finished_at: str | None
-    last_error: str | None = Field(..., description="the last error, or why the run was skipped")
-    origin: OriginValue = Field(
-        ...,
-        description="how the run came to be: its schedule, a trigger, a backfill, or an "
-        "operator's replay of a dead run",
-    )
-
-
-class TriggerAccepted(BaseModel):
-    run_key: str = Field(..., description="<tenant>/<job id>@<unix ms>: the triggered run")
-
-
-class BackfillBody(BaseModel):
-    """The range of a backfill: every occurrence of the job's schedule in [from, to)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
-
-    from_: str = Field(
-        ...,
-        alias="from",
-        max_length=64,
-        description="ISO-8601 instant with Z or an offset; included",
-        examples=["2026-11-01T00:00:00Z"],
-    )
-    to: str = Field(
-        ...,
-        max_length=64,
-        description="ISO-8601 instant with Z or an offset; excluded; not after now",
-        examples=["2026-11-04T00:00:00Z"],
-    )
-
-
-class BackfillAccepted(BaseModel):
-    runs: int = Field(..., description="runs this request created (0: every occurrence has one)")
-    occurrences: int = Field(..., description="occurrences of the schedule in [from, to)")
-    existing: int = Field(
-        ..., description="occurrences that already had a run, which are not run again"
-    )
-    first: str | None = Field(..., description="run key of the first run created, or null")
-    last: str | None = Field(..., description="run key of the last run created, or null")
-    rate_per_s: float = Field(..., description="runs per second the backfill is released at")
-
-
-class RunPage(BaseModel):
-    items: list[Run]
-    next: str | None = Field(..., description="cursor of the next page; null on the last page")
-
-
-class ErrorBody(BaseModel):
-    error: str = Field(..., description="machine-readable slug, e.g. not_found")
-    detail: str = Field(..., description="one sentence for people")
-
-
-class FieldError(BaseModel):
-    field: str = Field(..., description="dotted path in the job document, or a parameter name")
-    message: str
-
-
-class ValidationErrorBody(BaseModel):
-    error: Literal["invalid_job", "invalid_request"]
-    detail: list[FieldError]
-
-
-class PartHealth(BaseModel):
-    alive: bool
-    error: str | None = Field(None, description="why the part died")
-    updated_at: str = Field(..., description="ISO-8601 UTC of the part's last report")
-    detail: dict[str, Any] = Field(
-        default_factory=dict,
-        description="the part's own state; the intake: consuming, last_batch_at, partitions, "
-        "failing, last_error",
-    )
-
-
-class Health(BaseModel):
-    status: Literal["ok", "unavailable"]
-    detail: str | None = None
-    parts: dict[str, PartHealth] = Field(
-        default_factory=dict, description="each long-running part of the process"
-    )
+__all__ = [
+    "BackfillAccepted",
+    "BackfillBody",
+    "ErrorBody",
+    "FieldError",
+    "Health",
+    "Job",
+    "JobPage",
+    "JobPreview",
+    "KindValue",
+    "OriginValue",
+    "PartHealth",
+    "Run",
+    "RunPage",
+    "RunStatusValue",
+    "TriggerAccepted",
+    "ValidationErrorBody",
+    "VisibleStatus",
+    "responses",
+]
 
 
 def responses(*codes: int) -> dict[int | str, dict[str, Any]]:

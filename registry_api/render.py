@@ -11,9 +11,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from tickwheel.clock import format_datetime, format_ms
-from tickwheel.registry_api.document import Backoff, Dst, JobDocument, Misfire, Target
+from tickwheel.domain import JobStatus
+from tickwheel.registry_api.document import Backoff, Dst, JobDocument, JobSpec, Misfire, Target
 from tickwheel.registry_api.store import JobView, RunView
 from tickwheel.runtime import PartState
+from tickwheel.schedule import SHARED
+from tickwheel.schedule.explain import MisfireSettings, explain_cron, explain_once
 
 _FIELD_ORDER = tuple(JobDocument.model_fields)
 _NESTED_ORDER = {
@@ -85,3 +88,27 @@ def parts_body(parts: Mapping[str, PartState]) -> dict[str, Any]:
         }
         for name, part in parts.items()
     }
+
+
+def preview_body(view: JobView, spec: JobSpec, count: int, now_ms: int) -> dict[str, Any]:
+    """The job's next `count` occurrences with why each is there (schedule/explain.py).
+
+    An active job's list starts at its `next_run_at` (overdue or not: the misfire outlook says
+    what a claim now does with it); a paused cron job's at what resuming now would schedule
+    (the paused time is not caught up); a completed one-off has none.
+    """
+    doc = spec.document
+    misfire = MisfireSettings(doc.misfire.policy, doc.misfire.grace_ms, doc.misfire.max_catchup)
+    if doc.schedule is None:
+        at_ms = None if view.status == JobStatus.COMPLETED else spec.timing.at_ms
+        preview = explain_once(at_ms, doc.timezone, now_ms=now_ms, misfire=misfire)
+    else:
+        schedule = SHARED.schedule(
+            doc.schedule, doc.timezone, spec.key, doc.dst.gap, doc.dst.overlap
+        )
+        first = view.next_run_at
+        if view.status == JobStatus.PAUSED:
+            first = schedule.next_after(now_ms)
+        instants = [] if first is None else [first, *schedule.next_n(first, count - 1)]
+        preview = explain_cron(schedule, instants, after_ms=None, now_ms=now_ms, misfire=misfire)
+    return {"id": doc.id, "status": view.status, **preview.to_dict(format_ms)}

@@ -31,6 +31,7 @@ from tickwheel.registry_api.document import (
     JobValidationError,
     PriorityValue,
     parse_document,
+    spec_from_stored,
     storable_problems,
     validate_job,
 )
@@ -48,6 +49,7 @@ from tickwheel.registry_api.models import (
     Health,
     Job,
     JobPage,
+    JobPreview,
     KindValue,
     RunPage,
     TriggerAccepted,
@@ -73,10 +75,12 @@ from tickwheel.registry_api.params import (
     authenticate_request,
 )
 from tickwheel.registry_api.patch import merge_patch
-from tickwheel.registry_api.render import job_body, parts_body, run_body
+from tickwheel.registry_api.render import job_body, parts_body, preview_body, run_body
 from tickwheel.registry_api.state import Op, Outcome
 from tickwheel.registry_api.store import Applied, JobView
 
+PREVIEW_COUNT_DEFAULT = 5
+PREVIEW_COUNT_MAX = 100  # occurrences one preview explains at most
 PATCH_RETRIES = 5  # read-merge-write rounds before a PATCH gives up on a busy job
 HEALTH_TIMEOUT_S = 2.0  # seconds /healthz waits for the database
 
@@ -174,6 +178,27 @@ async def list_jobs(
 )
 async def get_job(job_id: JobIdPath, tenant: Tenant, ctx: Ctx) -> Response:
     return _job_response(await _current(ctx, tenant, job_id))
+
+
+@jobs.get(
+    "/v1/jobs/{job_id}/preview",
+    response_model=JobPreview,
+    tags=["jobs"],
+    summary="The job's next occurrences, each with the DST and H rules that put it there, and "
+    "what its misfire policy would do with the next due one if it were claimed now",
+    responses=responses(401, 404, 422, 503),
+)
+async def preview_job(
+    job_id: JobIdPath,
+    tenant: Tenant,
+    ctx: Ctx,
+    count: Annotated[
+        int, Query(ge=1, le=PREVIEW_COUNT_MAX, description="occurrences to explain (1..100)")
+    ] = PREVIEW_COUNT_DEFAULT,
+) -> Response:
+    view = await _current(ctx, tenant, job_id)
+    spec = spec_from_stored(tenant, view.document, ctx.limits.shards)
+    return JsonResponse(preview_body(view, spec, count, ctx.clock()))
 
 
 @jobs.patch(

@@ -20,6 +20,7 @@ from tickwheel.config import Settings
 from tickwheel.kafka import PRODUCER_MESSAGE_MAX_BYTES, consumer, producer
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.intake import RegistrationIntake
+from tickwheel.registry_api.metrics import Metrics
 from tickwheel.registry_api.on_demand import RunLimits
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import PartState, Process, tune_gc
@@ -138,14 +139,16 @@ async def serve(
     )
     process.on_close(pool.close)
     store = RegistryStore(pool, settings.shards, runs=run_limits_of(settings))
+    metrics = Metrics()  # the HTTP part serves them; the intake counts into them too
     if intake:
         taker = make_intake(store, settings, health=process.state("intake"))
+        taker.on_batch = metrics.intake_batch
         process.on_close(taker.close)
         process.spawn("intake", taker.run(process.stop))
     if http:
         from tickwheel.registry_api.http import create_app
 
-        app = create_app(store, limits_of(settings), parts=process.health)
+        app = create_app(store, limits_of(settings), parts=process.health, metrics=metrics)
         process.spawn("http", run_http(http_server(app, host, port), process.stop))
     log.info("registry started", extra={"host": host, "port": port, "http": http, "intake": intake})
     code = await process.run()

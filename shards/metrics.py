@@ -66,6 +66,11 @@ class SchedulerMetrics:
         self.shards_led = Gauge(
             "tickwheel_scheduler_shards_led", "Shards this process leads", registry=r
         )
+        # The deployment's TICKWHEEL_SHARDS, so that "every shard has a leader" is PromQL:
+        # sum(shards_led) < max(shards) (docs/prometheus/alerts.yml).
+        self.shards = Gauge(
+            "tickwheel_scheduler_shards", "Logical shards of the deployment", registry=r
+        )
         self.feed_lag = Gauge(
             "tickwheel_scheduler_feed_lag_seconds",
             "Age of the newest job change when the feed applied it to a wheel",

@@ -78,6 +78,7 @@ class Scheduler:
         self.member_id = member_id or default_member_id()
         self.metrics_address = metrics_address  # advertised in ZooKeeper for `tickwheel status`
         self.metrics = SchedulerMetrics()
+        self.metrics.shards.set(settings.shards)
         self.leaders: dict[int, ShardLeader] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.election: Election | None = None

@@ -15,9 +15,12 @@ from collections.abc import Iterator
 import pytest
 
 from tickwheel.config import load_settings
+from tickwheel.domain import PRIORITIES
+from tickwheel.envelopes import EnvelopeError, loads_exact
 from tickwheel.stack import Addresses, DevStack
-from tickwheel.testing import migrate, scratch_database, unique_topics
+from tickwheel.testing import migrate, read_topic, scratch_database, unique_topics
 from tickwheel.topics import Topics
+from tickwheel.wire.schemas import validator
 
 MARKERS = {"unit", "integration"}
 
@@ -74,8 +77,50 @@ def empty_db_dsn(stack: Addresses) -> Iterator[str]:
         yield database.dsn
 
 
+def _schemas_of(topics: Topics) -> dict[str, str]:
+    """Topic → the docs/schemas/ file its messages follow (registrations: what producers send,
+    checked where the client produces them)."""
+    return {
+        topics.rejected: "rejection",
+        **{topics.runs(p): "run-envelope" for p in PRIORITIES},
+        topics.dlq: "dead-letter",
+    }
+
+
+def off_schema(kafka: str, topics: Topics, foreign: set[str]) -> list[str]:
+    """Every message on the topics the code writes that does not follow its schema."""
+    problems = []
+    for topic, schema in _schemas_of(topics).items():
+        if topic.removeprefix(f"{topics.prefix}.") in foreign:
+            continue
+        check = validator(schema)
+        for msg in read_topic(kafka, topic):
+            where = f"{topic}[{msg.partition()}]@{msg.offset()}"
+            try:
+                value = loads_exact(msg.value() or b"")
+            except EnvelopeError as exc:
+                problems.append(f"{where}: {exc}")
+                continue
+            problems += [f"{where}: {p}" for p in check(value)[:3]]
+    return problems
+
+
 @pytest.fixture
-def topics(stack: Addresses) -> Iterator[Topics]:
-    """The system's topics under a prefix unique to this test, deleted afterwards."""
+def topics(stack: Addresses, request: pytest.FixtureRequest) -> Iterator[Topics]:
+    """The system's topics under a prefix unique to this test, deleted afterwards.
+
+    Before they are deleted, every message the code wrote to them (rejections, run envelopes,
+    dead letters: by this process or by the schedulers and workers the test ran) is checked
+    against its schema in docs/schemas/: the hand-written codecs of `tickwheel.envelopes` and
+    the published schemas agree on everything the suite produces. A test that puts messages of
+    its own making on a topic names it with `@pytest.mark.foreign_messages("runs.normal")`.
+    """
+    foreign = {t for mark in request.node.iter_markers("foreign_messages") for t in mark.args}
     with unique_topics(stack.kafka, "t", partitions=2) as names:
         yield names
+        if problems := off_schema(stack.kafka, names, foreign):
+            pytest.fail(
+                f"{len(problems)} message(s) off their schema (docs/schemas/):\n"
+                + "\n".join(problems[:20]),
+                pytrace=False,
+            )

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from tickwheel import db as dbmod
-from tickwheel.kafka import consumer, create_topics, delete_topics, producer
+from tickwheel.kafka import QUIET, consumer, create_topics, delete_topics, producer
 from tickwheel.topics import Topics
 
 
@@ -160,3 +160,51 @@ def drain(kafka: str, topic: str, *, expect: int = 0, timeout_s: float = 30.0) -
     finally:
         cons.close()
     return got
+
+
+def read_topic(kafka: str, topic: str, *, timeout_s: float = 30.0) -> list[Message]:
+    """Every message `topic` holds now (all partitions, up to the end offsets it has when the
+    read starts), read by assigning its partitions: no group is joined, nothing committed, so
+    it takes milliseconds where a group's first fetch takes seconds."""
+    reader = consumer(
+        kafka,
+        f"read-{uuid.uuid4()}",
+        **{"enable.auto.commit": False, "enable.partition.eof": True},
+        **QUIET,
+    )
+    try:
+        meta = reader.list_topics(topic, timeout=timeout_s).topics[topic]
+        ends = {}
+        for partition in meta.partitions:
+            low, high = reader.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s, cached=False
+            )
+            if low < high:
+                ends[partition] = (low, high)
+        if not ends:
+            return []
+        reader.assign([TopicPartition(topic, p, low) for p, (low, _) in ends.items()])
+        got: list[Message] = []
+        remaining = set(ends)
+        deadline = time.monotonic() + timeout_s
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic} not read to its end within {timeout_s} s")
+            for msg in reader.consume(500, 0.2):
+                err, partition = msg.error(), msg.partition()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        remaining.discard(partition)
+                    elif err.fatal():
+                        raise KafkaException(err)
+                    continue
+                if partition is None or (offset := msg.offset()) is None:
+                    continue
+                high = ends[partition][1]
+                if offset < high:
+                    got.append(msg)
+                if offset >= high - 1:
+                    remaining.discard(partition)
+        return got
+    finally:
+        reader.close()

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.integration
 T0 = 1_800_000_000_000  # unix ms, 2027-01-15
 
 
+@pytest.mark.foreign_messages("runs.normal")  # bare deliveries: the read-back counts keys only
 async def test_rows_and_run_topics_give_duplicates_and_losses(
     db_dsn: str, topics: Topics, stack: Addresses
 ) -> None:

@@ -50,6 +50,7 @@ OPERATIONS = (
     ("POST", "/v1/jobs/{job_id}/pause"),
     ("POST", "/v1/jobs/{job_id}/resume"),
     ("GET", "/v1/jobs/{job_id}/runs"),
+    ("GET", "/v1/jobs/{job_id}/preview"),
     ("POST", "/v1/jobs/{job_id}/trigger"),
     ("POST", "/v1/jobs/{job_id}/backfill"),
     ("DELETE", "/v1/jobs/{job_id}"),

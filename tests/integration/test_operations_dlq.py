@@ -35,7 +35,8 @@ from tickwheel.registry_api.store import RegistryStore
 from tickwheel.stack import Addresses
 from tickwheel.topics import Topics
 
-pytestmark = pytest.mark.integration
+# The scene puts junk of its own on the DLQ, beside the dead letters it writes.
+pytestmark = [pytest.mark.integration, pytest.mark.foreign_messages("runs.dlq")]
 
 SHARDS = 4
 HOUR_MS = 3_600_000

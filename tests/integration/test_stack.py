@@ -53,6 +53,7 @@ def test_jvms_are_apache_kafka_and_zookeeper_from_maven_jars(stack: Addresses) -
     )
 
 
+@pytest.mark.foreign_messages("runs.high")  # a bare token, no envelope
 def test_high_priority_run_topic_round_trip(stack: Addresses, topics: Topics) -> None:
     """a message produced with confluent-kafka to runs.high is consumed back with its headers"""
     token = uuid.uuid4().hex.encode()

@@ -95,6 +95,7 @@ def _mutations(valid: dict[str, Any]) -> st.SearchStrategy[bytes]:
     )
 
 
+@pytest.mark.foreign_messages("runs.normal")  # the fuzzed envelopes
 @settings(
     max_examples=4,
     # No shrinking: each example runs a worker on the real stack; a failure is reported as drawn.

@@ -31,7 +31,8 @@ from .test_workers import (
     worker_settings,
 )
 
-pytestmark = pytest.mark.integration
+# Every test here puts forged or garbage messages of its own on runs.low.
+pytestmark = [pytest.mark.integration, pytest.mark.foreign_messages("runs.low")]
 
 RUN_TOPICS = ("high", "normal", "low")
 

@@ -524,6 +524,7 @@ async def test_retries_follow_full_jitter_then_exhausted_run_is_dead_lettered(
     assert (letter.error, letter.attempts, letter.worker) == (row["last_error"], 3, worker_id)
 
 
+@pytest.mark.foreign_messages("runs.normal")  # the junk it produces
 async def test_permanent_error_unknown_handler_and_bad_messages(
     stack: Addresses, db_dsn: str, topics: Topics, tenant: str
 ) -> None:

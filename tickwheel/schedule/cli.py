@@ -10,16 +10,30 @@ on stderr says why, with exit code 3: a script that asked for N lines never gets
 from __future__ import annotations
 
 import click
+import orjson
 
 from tickwheel.cli_support import EXIT_BAD_INPUT, OneLineCommand
 from tickwheel.clock import format_seconds, now_ms
 from tickwheel.schedule.cron import DstGap, DstOverlap, parse_cron
 from tickwheel.schedule.errors import ScheduleError
+from tickwheel.schedule.explain import MisfireSettings, explain_cron, render_text
 from tickwheel.schedule.instants import parse_instant
+from tickwheel.schedule.misfire import (
+    DEFAULT_GRACE_MS,
+    DEFAULT_MAX_CATCHUP,
+    MAX_CATCHUP_LIMIT,
+    MisfirePolicy,
+)
 
 EXIT_FEWER = 3  # exit code when fewer fire times than --count exist
 MAX_COUNT = 100_000  # instants one call may print (it computes them all before printing)
-_OPTION_OF_FIELD = {"schedule": "EXPR", "timezone": "--tz", "key": "--key", "after": "--after"}
+_OPTION_OF_FIELD = {
+    "schedule": "EXPR",
+    "timezone": "--tz",
+    "key": "--key",
+    "after": "--after",
+    "now": "--now",
+}
 
 
 def _fail(ctx: click.Context, exc: ScheduleError) -> None:
@@ -57,6 +71,40 @@ def cron() -> None:
     type=click.Choice([o.value for o in DstOverlap]),
     help="Fixed-hour times the clock repeats: fire at the first, the last or both.",
 )
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Per fire time: its wall time and offset in --tz, and the DST or H rule that put it "
+    "there; then what the misfire policy would do with the first one if claimed --now.",
+)
+@click.option("--json", "as_json", is_flag=True, help="The explained form as one JSON document.")
+@click.option(
+    "--now",
+    default=None,
+    help="The instant taken as now, ISO-8601: the default of --after, and with --explain the "
+    "moment a claim is imagined at. [default: the clock]",
+)
+@click.option(
+    "--misfire-policy",
+    default=MisfirePolicy.RUN_ONCE.value,
+    show_default=True,
+    type=click.Choice([p.value for p in MisfirePolicy]),
+    help="With --explain: the job's misfire.policy.",
+)
+@click.option(
+    "--grace-ms",
+    default=DEFAULT_GRACE_MS,
+    show_default=True,
+    type=click.IntRange(0, None),
+    help="With --explain: the job's misfire.grace_ms.",
+)
+@click.option(
+    "--max-catchup",
+    default=DEFAULT_MAX_CATCHUP,
+    show_default=True,
+    type=click.IntRange(1, MAX_CATCHUP_LIMIT),
+    help="With --explain: the job's misfire.max_catchup.",
+)
 @click.pass_context
 def next_command(
     ctx: click.Context,
@@ -67,21 +115,41 @@ def next_command(
     key: str | None,
     dst_gap: str,
     dst_overlap: str,
+    explain: bool,
+    as_json: bool,
+    now: str | None,
+    misfire_policy: str,
+    grace_ms: int,
+    max_catchup: int,
 ) -> None:
     """Print the next COUNT fire instants of EXPR, in UTC, one per line.
 
     EXPR has 5 fields (minute hour day-of-month month day-of-week), 6 with seconds first, or is
-    an alias such as @daily; quote it.
+    an alias such as @daily; quote it. --explain (or --json) says why each one is there.
     """
     try:
         schedule = parse_cron(expr, tz=tz, key=key, dst_gap=dst_gap, dst_overlap=dst_overlap)
-        after_ms = now_ms() if after is None else parse_instant(after, "after")
+        clock_ms = now_ms() if now is None else parse_instant(now, "now")
+        after_ms = clock_ms if after is None else parse_instant(after, "after")
     except ScheduleError as exc:
         _fail(ctx, exc)
         return
     instants = schedule.next_n(after_ms, count)
-    for instant in instants:
-        click.echo(format_seconds(instant))
+    if explain or as_json:
+        preview = explain_cron(
+            schedule,
+            instants,
+            after_ms=after_ms,
+            now_ms=clock_ms,
+            misfire=MisfireSettings(misfire_policy, grace_ms, max_catchup),
+        )
+        if as_json:
+            click.echo(orjson.dumps(preview.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        else:
+            click.echo(render_text(preview), nl=False)
+    else:
+        for instant in instants:
+            click.echo(format_seconds(instant))
     if len(instants) < count:
         last = instants[-1] if instants else after_ms
         click.echo(

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from itertools import islice
@@ -154,10 +155,19 @@ def uses_key(expr: str) -> bool:
     return any(is_hash_token(item) for field in fields for item in field.split(","))
 
 
-def resolve_fields(fields: list[str], key: str | None) -> list[str]:
-    """The fields with every `H` item replaced by the concrete values it stands for."""
+@dataclass(frozen=True, slots=True)
+class HashedItem:
+    """One `H` item of an expression and the values the job key resolves it to."""
+
+    field: str  # the field's name, e.g. "minute"
+    item: str  # the item as written, e.g. "H(0-5)" or "H/15"
+    values: tuple[int, ...]
+
+
+def _resolve(fields: list[str], key: str | None) -> tuple[list[str], list[HashedItem]]:
     specs = FIELDS_6 if len(fields) == 6 else FIELDS_5
-    resolved = []
+    resolved: list[str] = []
+    hashed: list[HashedItem] = []
     for field, spec in zip(fields, specs, strict=True):
         items = field.split(",")
         out = []
@@ -187,9 +197,20 @@ def resolve_fields(fields: list[str], key: str | None) -> list[str]:
                 hash_low=spec.hash_low,
                 hash_high=spec.hash_high,
             )
+            hashed.append(HashedItem(spec.name, item, tuple(values)))
             out.append(",".join(str(v) for v in values))
         resolved.append(",".join(out))
-    return resolved
+    return resolved, hashed
+
+
+def resolve_fields(fields: list[str], key: str | None) -> list[str]:
+    """The fields with every `H` item replaced by the concrete values it stands for."""
+    return _resolve(fields, key)[0]
+
+
+def hashed_items(expr: str, key: str | None) -> list[HashedItem]:
+    """Each `H` item of `expr` with the values `key` resolves it to, in field order."""
+    return _resolve(split_fields(expr), key)[1]
 
 
 def is_interval_hour(hour_field: str) -> bool:
@@ -319,6 +340,16 @@ class CronSchedule:
             f"resolved={self.resolved!r}, interval={self.interval}, "
             f"dst_gap={self.dst_gap.value!r}, dst_overlap={self.dst_overlap.value!r})"
         )
+
+    @property
+    def matcher(self) -> WallClockMatcher:
+        """The wall-time matcher of the resolved fields (no DST: `explain.py` reads it)."""
+        return self._matcher
+
+    @property
+    def zone_timeline(self) -> ZoneTimeline:
+        """The zone's offset segments the DST rules walk."""
+        return self._timeline
 
     def next_after(self, after_ms: int) -> int | None:
         """The first fire instant strictly after `after_ms` (UTC ms), or None if none is left.

@@ -1,0 +1,184 @@
+"""`GET /v1/jobs/{id}/preview?count=N` against a real Postgres: a stored job's next occurrences
+with the DST and H rules that put them there, and what a claim now would do (docs/API.md)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from tickwheel.clock import format_ms, now_ms
+from tickwheel.registry_api.document import Limits
+from tickwheel.registry_api.http import create_app
+from tickwheel.registry_api.store import RegistryStore
+from tickwheel.schedule import parse_instant
+from tickwheel.wire.responses import JobPreview
+
+pytestmark = pytest.mark.integration
+
+SHARDS = 64
+
+
+class Clock:
+    """The registry's now (UTC ms): the real one until a test moves it. (A job's next_run_at
+    is computed by the database's clock, which no test moves.)"""
+
+    def __init__(self) -> None:
+        self.ms = now_ms()
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+@pytest.fixture
+async def store(db_dsn: str) -> AsyncIterator[RegistryStore]:
+    pool = await asyncpg.create_pool(db_dsn, min_size=1, max_size=2)
+    yield RegistryStore(pool, SHARDS)
+    await pool.close()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def client(store: RegistryStore, clock: Clock) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a fresh tenant whose name is `client.tenant`."""
+    app = create_app(store, Limits(shards=SHARDS), clock=clock)
+    tenant = f"t-{uuid.uuid4().hex[:12]}"
+    key = await store.create_tenant(tenant)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://registry.test",
+        headers={"Authorization": f"Bearer {key}"},
+    ) as made:
+        made.headers["X-Test-Tenant"] = tenant
+        yield made
+
+
+async def _preview(client: httpx.AsyncClient, job: dict[str, Any], count: int) -> dict[str, Any]:
+    created = await client.post("/v1/jobs", json=job)
+    assert created.status_code == 201, created.text
+    answer = await client.get(f"/v1/jobs/{job['id']}/preview", params={"count": count})
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    JobPreview.model_validate(body)  # the body is what the OpenAPI document promises
+    return body
+
+
+async def test_a_gap_preview_names_the_shift(client: httpx.AsyncClient) -> None:
+    """A Berlin job at 02:30 on March's Sundays: five occurrences always reach the last one,
+    the spring-forward night, which fires at 03:00 CEST and is named dst.gap shift; the other
+    Sundays are plain."""
+    body = await _preview(
+        client,
+        {"id": "nightly", "schedule": "30 2 * 3 SUN", "timezone": "Europe/Berlin",
+         "handler": "a.b"},
+        5,
+    )  # fmt: skip
+    shifted = [o for o in body["occurrences"] if o["reasons"]]
+    [gap] = shifted
+    day = gap["local"][:10]
+    assert (gap["local"][11:], gap["offset"], gap["abbreviation"]) == ("03:00:00", "+02:00", "CEST")
+    assert gap["at"] == f"{day}T01:00:00.000Z"
+    assert gap["reasons"] == [
+        {
+            "rule": "dst.gap shift",
+            "text": f"02:30 does not exist on {day} (the clock jumps from 02:00 to 03:00): "
+            "shifted 02:30 → 03:00",
+        }
+    ]
+    assert int(day[8:]) > 31 - 7, "the gap is on the last Sunday of March"
+    for plain in body["occurrences"]:
+        if plain is not gap:
+            assert plain["local"][11:] == "02:30:00"
+    assert (body["status"], body["style"], body["dst"]) == (
+        "active",
+        "fixed-hour",
+        {"gap": "shift", "overlap": "first"},
+    )
+    assert body["misfire"]["rule"] == "misfire.grace_ms"
+    assert body["misfire"]["text"].startswith("not due yet (")
+
+
+async def test_an_h_job_is_resolved_from_its_own_key(client: httpx.AsyncClient) -> None:
+    """`H` fields resolve from `<tenant>/<id>` as the scheduler's do: the preview's instants are
+    the job's next_run_at and the schedule after it, and each names its H value."""
+    body = await _preview(client, {"id": "spread", "schedule": "H 4 * * *", "handler": "a.b"}, 3)
+    tenant = client.headers["X-Test-Tenant"]
+    assert body["key"] == f"{tenant}/spread"
+    [hashed] = body["hashed"]
+    [minute] = hashed["values"]
+    assert (hashed["field"], hashed["item"]) == ("minute", "H")
+    job = (await client.get("/v1/jobs/spread")).json()
+    assert body["occurrences"][0]["at"] == job["next_run_at"]
+    assert [o["at"][11:16] for o in body["occurrences"]] == [f"04:{minute:02d}"] * 3
+    for occurrence in body["occurrences"]:
+        assert occurrence["reasons"] == [
+            {
+                "rule": "H",
+                "text": f"minute {minute} is 'H', picked by hashing the key '{tenant}/spread'",
+            }
+        ]
+
+
+async def test_an_overdue_job_gets_its_misfire_plan(
+    client: httpx.AsyncClient, clock: Clock
+) -> None:
+    """Once the clock passes next_run_at by more than the grace, the outlook is the job's
+    misfire policy: skip records every missed occurrence skipped and says where it resumes."""
+    job = {"id": "late", "schedule": "0 * * * *", "handler": "a.b", "misfire": {"policy": "skip"}}
+    assert (await client.post("/v1/jobs", json=job)).status_code == 201
+    due = parse_instant((await client.get("/v1/jobs/late")).json()["next_run_at"], "due")
+    hour = 3_600_000
+    clock.ms = due + 2 * hour + hour // 2  # due, due + 1 h, due + 2 h missed
+    body = (await client.get("/v1/jobs/late/preview", params={"count": 1})).json()
+    assert body["occurrences"][0]["at"] == format_ms(due)
+    resumes = format_ms(due + 3 * hour)
+    assert body["misfire"] == {
+        "rule": "misfire.policy skip",
+        "text": "due 2 h 30 min ago, later than misfire.grace_ms (60000 ms): claimed now, it "
+        "and every occurrence missed after it are recorded skipped (reason misfire): "
+        f"3 occurrences; the schedule resumes at {resumes[:19]}Z",
+        "now": format_ms(clock.ms),
+        "due": format_ms(due),
+        "run": [],
+        "skipped": 3,
+        "skipped_span": None,
+        "next_run_at": resumes,
+    }
+
+
+async def test_paused_one_off_and_unknown_jobs(client: httpx.AsyncClient, clock: Clock) -> None:
+    """A paused cron job previews what resuming now would schedule; a one-off its instant in its
+    zone; an unknown job is a 404 and a count out of range a 422 naming `count`."""
+    job = {"id": "paused", "schedule": "0 0 * * *", "handler": "a.b"}
+    assert (await client.post("/v1/jobs", json=job)).status_code == 201
+    assert (await client.post("/v1/jobs/paused/pause")).status_code == 200
+    day = 86_400_000
+    clock.ms += 3 * day
+    body = (await client.get("/v1/jobs/paused/preview", params={"count": 1})).json()
+    assert (body["status"], body["occurrences"][0]["at"]) == (
+        "paused",
+        format_ms((clock.ms // day + 1) * day),
+    )
+    once = await _preview(
+        client,
+        {"id": "once", "at": "2031-07-01T09:00:00+02:00", "timezone": "Europe/Berlin",
+         "handler": "a.b"},
+        5,
+    )  # fmt: skip
+    assert [(o["at"], o["local"], o["offset"]) for o in once["occurrences"]] == [
+        ("2031-07-01T07:00:00.000Z", "2031-07-01T09:00:00", "+02:00")
+    ]
+    assert (once["schedule"], once["style"], once["dst"]) == (None, None, None)
+    missing = await client.get("/v1/jobs/nope/preview")
+    assert missing.status_code == 404
+    bad = await client.get("/v1/jobs/paused/preview", params={"count": 0})
+    assert bad.status_code == 422
+    assert [d["field"] for d in bad.json()["detail"]] == ["count"]

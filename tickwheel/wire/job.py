@@ -1,0 +1,147 @@
+"""The job document (DESIGN §7): one shape over HTTP and in Kafka registrations.
+
+`JobDocument` is strict (no extra fields, no type coercion: `5`, never `"5"` or `5.0`), so the
+same model checks a registration in the registry and builds one in a client. What needs context
+to check — the schedule in its zone, the payload size limit, the target allowlist — is the
+registry's (`registry_api/document.py`, `validate_job`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from tickwheel.domain import (
+    JOB_ID_PATTERN,
+    DstGap,
+    DstOverlap,
+    MisfirePolicy,
+    OverlapPolicy,
+    Priority,
+    literal_of,
+)
+from tickwheel.schedule import DEFAULT_GRACE_MS, DEFAULT_MAX_CATCHUP, MAX_CATCHUP_LIMIT
+
+__all__ = [
+    "BACKOFF_LIMIT_MS",
+    "HANDLER_PATTERN",
+    "JOB_ID_PATTERN",
+    "MAX_ATTEMPTS_LIMIT",
+    "TIMEOUT_LIMIT_MS",
+    "VERSION_MAX",
+    "VERSION_MIN",
+    "Backoff",
+    "Dst",
+    "DstGapValue",
+    "DstOverlapValue",
+    "JobDocument",
+    "Misfire",
+    "MisfireValue",
+    "OverlapValue",
+    "PriorityValue",
+    "StrictModel",
+    "Target",
+]
+
+HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+MAX_ATTEMPTS_LIMIT = 100
+TIMEOUT_LIMIT_MS = 24 * 3600 * 1000  # one day
+BACKOFF_LIMIT_MS = 7 * 24 * 3600 * 1000  # one week
+
+# An explicit version (a Kafka registration's `version`) is an integer from VERSION_MIN to
+# VERSION_MAX. 2^53 - 1 is the largest integer every JSON reader holds exactly (JavaScript's
+# Number.MAX_SAFE_INTEGER), and it leaves the stored bigint (up to 2^63 - 1) room for more
+# than 9 * 10^18 bumps after it, so no job's version can ever overflow.
+VERSION_MIN = 1
+VERSION_MAX = 2**53 - 1
+
+# The document's closed vocabularies, as literals of the domain's enums (see literal_of).
+if TYPE_CHECKING:
+    PriorityValue: TypeAlias = str
+    MisfireValue: TypeAlias = str
+    OverlapValue: TypeAlias = str
+    DstGapValue: TypeAlias = str
+    DstOverlapValue: TypeAlias = str
+else:
+    PriorityValue = literal_of(Priority)
+    MisfireValue = literal_of(MisfirePolicy)
+    OverlapValue = literal_of(OverlapPolicy)
+    DstGapValue = literal_of(DstGap)
+    DstOverlapValue = literal_of(DstOverlap)
+
+
+class StrictModel(BaseModel):
+    """No field beyond those declared, and no coercion between JSON types."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Backoff(StrictModel):
+    base_ms: int = Field(10_000, ge=0, le=BACKOFF_LIMIT_MS)
+    cap_ms: int = Field(600_000, ge=0, le=BACKOFF_LIMIT_MS)
+
+    @field_validator("cap_ms")
+    @classmethod
+    def _cap_not_below_base(cls, cap_ms: int, info: ValidationInfo) -> int:
+        # A field validator, so the error's path is backoff.cap_ms (base_ms is validated first).
+        base_ms = info.data.get("base_ms")
+        if base_ms is not None and cap_ms < base_ms:
+            raise ValueError(f"must be at least base_ms ({base_ms})")
+        return cap_ms
+
+
+class Misfire(StrictModel):
+    policy: MisfireValue = MisfirePolicy.RUN_ONCE.value
+    grace_ms: int = Field(DEFAULT_GRACE_MS, ge=0, le=BACKOFF_LIMIT_MS)
+    max_catchup: int = Field(DEFAULT_MAX_CATCHUP, ge=1, le=MAX_CATCHUP_LIMIT)
+
+
+class Dst(StrictModel):
+    gap: DstGapValue = DstGap.SHIFT.value
+    overlap: DstOverlapValue = DstOverlap.FIRST.value
+
+
+class Target(StrictModel):
+    url: str = Field(..., min_length=1, max_length=2048)
+    method: Literal["POST", "PUT", "PATCH"] = "POST"
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class JobDocument(StrictModel):
+    """A job as users write it: identical over HTTP and in Kafka registrations."""
+
+    id: str = Field(
+        ...,
+        pattern=JOB_ID_PATTERN,
+        description="unique per tenant; not '.' or '..'",
+        json_schema_extra={"not": {"enum": [".", ".."]}},
+    )
+    schedule: str | None = Field(None, max_length=256, description="cron expression")
+    at: str | None = Field(None, max_length=64, description="one-off ISO-8601 instant")
+    timezone: str = Field("UTC", max_length=64, description="IANA zone name")
+    handler: str | None = Field(None, pattern=HANDLER_PATTERN, max_length=256)
+    target: Target | None = None
+    payload: Any = Field(
+        default_factory=dict,
+        description="any JSON value but null, at most the registry's payload limit",
+        json_schema_extra={"not": {"type": "null"}},
+    )
+    priority: PriorityValue = Priority.NORMAL.value
+    max_attempts: int = Field(5, ge=1, le=MAX_ATTEMPTS_LIMIT)
+    backoff: Backoff = Field(default_factory=Backoff)  # type: ignore[arg-type]
+    timeout_ms: int = Field(300_000, ge=1, le=TIMEOUT_LIMIT_MS)
+    misfire: Misfire = Field(default_factory=Misfire)  # type: ignore[arg-type]
+    overlap: OverlapValue = OverlapPolicy.ALLOW.value
+    dst: Dst = Field(default_factory=Dst)
+
+    @field_validator("id")
+    @classmethod
+    def _addressable(cls, job_id: str) -> str:
+        # A URL path segment `.` or `..` is resolved away by HTTP clients (RFC 3986 §5.2.4)
+        # and proxies: /v1/jobs/.. would be /v1, so such a job could never be read, changed
+        # or deleted over HTTP. Jobs stored before this rule keep running (the ledger's form
+        # still allows them) and stay reachable through `tickwheel jobs`.
+        if job_id in (".", ".."):
+            raise ValueError("must not be '.' or '..' (a URL cannot address such a job)")
+        return job_id
