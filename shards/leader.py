@@ -16,7 +16,8 @@ steps, this module the rest):
                                                       delete the shard node
 
 The claim/publish loop, per tick, for the entries `wheel.advance(now)` returns (now: the
-database's clock, `dbclock.py`), in batches of `claim_batch` without sleeping in between:
+database's clock, `dbclock.py`), in batches of `claim_batch` drawn fairly between tenants
+(`fairness.py`) without sleeping in between:
 
     1. plan (`plan.py`): misfire and overlap per job, the next `next_run_at` from the cache;
     2. one transaction: the fence (`shard_fence`, FOR SHARE), in-flight counts if an overlap
@@ -81,6 +82,7 @@ from tickwheel.queries import QUERIES
 from tickwheel.schedule import REASON_OVERLAP, ScheduleCache
 from tickwheel.shards import store
 from tickwheel.shards.dbclock import DbClock
+from tickwheel.shards.fairness import TenantQueue
 from tickwheel.shards.metrics import SchedulerMetrics, observe_many
 from tickwheel.shards.outbox import Outbox
 from tickwheel.shards.plan import (
@@ -360,13 +362,23 @@ class ShardLeader:
     async def _dispatch(
         self, due: list[tuple[str, int, JobEntry | RetryEntry | None]], now: int
     ) -> None:
-        jobs = [v for _, _, v in due if isinstance(v, JobEntry)]
-        retries = [v for _, _, v in due if isinstance(v, RetryEntry)]
+        """Claim and publish what is due in batches of `claim_batch` drawn fairly between
+        tenants (`fairness.py`); what comes due meanwhile joins the queue between batches, so
+        one tenant's burst does not hold back another tenant's runs until it is all out."""
+        queue: TenantQueue[JobEntry | RetryEntry] = TenantQueue()
+        queue.add(v for _, _, v in due if v is not None)
         size = self.cfg.claim_batch
-        for start in range(0, len(jobs), size):
-            await self._claim(jobs[start : start + size], now)
-        for start in range(0, len(retries), size):
-            await self._claim_retries(retries[start : start + size])
+        while queue:
+            batch = queue.take(size)
+            jobs = [v for v in batch if isinstance(v, JobEntry)]
+            retries = [v for v in batch if isinstance(v, RetryEntry)]
+            if jobs:
+                await self._claim(jobs, now)
+            if retries:
+                await self._claim_retries(retries)
+            if queue and self.dispatching.is_set() and not self._stopping:
+                now = self.s.clock.now_ms()
+                queue.add(v for _, _, v in self.wheel.advance(now) if v is not None)
 
     async def _claim(self, chunk: Sequence[JobEntry], now: int) -> None:
         assert self.lease is not None
