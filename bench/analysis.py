@@ -226,3 +226,39 @@ def cumulative(instants_ms: Iterable[int | None], origin_ms: int) -> tuple[list[
 def finite(value: float) -> float | None:
     """JSON has no infinity: an unreached percentile is written as null."""
     return None if math.isinf(value) else round(value, 3)
+
+
+@dataclass(frozen=True)
+class TenantFigures:
+    """One tenant's runs of a burst: starts and completions since T0, starts since each run's
+    own due instant (seconds)."""
+
+    runs: int
+    started: Spread
+    start_lateness: Spread
+    completed: Spread
+
+
+def by_tenant(
+    expected: Collection[str], rows: Sequence[RunRecord], t0_ms: int
+) -> dict[str, TenantFigures]:
+    """`TenantFigures` per tenant of the expected run keys (a run key opens with its tenant)."""
+    wanted: dict[str, set[str]] = {}
+    for key in expected:
+        wanted.setdefault(key.split("/", 1)[0], set()).add(key)
+    figures = {}
+    for tenant, keys in wanted.items():
+        mine = [r for r in rows if r.run_key in keys]
+        done = [r.finished_ms for r in mine if r.status == RunStatus.SUCCEEDED and r.finished_ms]
+        figures[tenant] = TenantFigures(
+            runs=len(keys),
+            started=Spread.of(
+                [(r.started_ms - t0_ms) / MS_PER_S for r in mine if r.started_ms], len(keys)
+            ),
+            start_lateness=Spread.of(
+                [(r.started_ms - r.scheduled_ms) / MS_PER_S for r in mine if r.started_ms],
+                len(keys),
+            ),
+            completed=Spread.of([(ms - t0_ms) / MS_PER_S for ms in done], len(keys)),
+        )
+    return figures

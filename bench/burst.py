@@ -34,7 +34,7 @@ from tickwheel.bench.analysis import MS_PER_S, RunRecord
 from tickwheel.bench.load import Handler
 from tickwheel.bench.observe import fetch_runs, run_deliveries, wheel_entries
 from tickwheel.bench.report import Bar
-from tickwheel.bench.scratch import Scratch
+from tickwheel.bench.scratch import OTHER_TENANT, Scratch
 from tickwheel.bench.supervisor import (
     Supervisor,
     cpu_seconds,
@@ -71,6 +71,14 @@ class BurstConfig:
     lead_s: float | None
     log_dir: Path
     horizon_s: int  # the schedulers' TICKWHEEL_HORIZON_S
+    # A second tenant's jobs beside the burst (`tickwheel bench tenants`): `other_jobs` due
+    # evenly over [T0, T0 + other_spread_ms), registered after the burst's, in bulk.
+    other_jobs: int = 0
+    other_spread_ms: int = 0
+
+    @property
+    def total_jobs(self) -> int:
+        return self.jobs + self.other_jobs
 
 
 @dataclass
@@ -171,6 +179,10 @@ async def run_burst(res: Scratch, cfg: BurstConfig, say: Callable[[str], None]) 
             dues = load.due_instants(cfg.jobs, t0_ms, cfg.spread_ms)
             docs = load.documents(dues, cfg.handler)
             expected = load.expected_run_keys(dues)
+            other_dues = load.due_instants(cfg.other_jobs, t0_ms, cfg.other_spread_ms)
+            if other_dues:
+                await conn.execute(QUERIES["bench_tenant"], OTHER_TENANT)
+                expected += load.expected_run_keys(other_dues, OTHER_TENANT)
             say(f"T0 in {lead:.0f} s; registering {cfg.jobs:,} jobs ({cfg.registration})")
             started = time.monotonic()
             with Bar(cfg.jobs, "registered") as bar:
@@ -181,12 +193,16 @@ async def run_burst(res: Scratch, cfg: BurstConfig, say: Callable[[str], None]) 
                 else:
                     await load.register_http(res, docs, fleet, bar.set)
             registration_s = time.monotonic() - started
+            if other_dues:
+                say(f"registering {cfg.other_jobs:,} jobs of tenant {OTHER_TENANT} (bulk)")
+                other_docs = load.documents(other_dues, cfg.handler)
+                await load.register_bulk(res, other_docs, lambda _: None, OTHER_TENANT)
             if now_ms() >= t0_ms:
                 notes.append("registration ended after T0: give a longer --lead-s")
 
             # Leaders load only their horizon: with a long spread, the later jobs come later.
             horizon_end_ms = now_ms() + cfg.horizon_s * 1000
-            loadable = sum(1 for due in dues if due < horizon_end_ms)
+            loadable = sum(1 for due in (*dues, *other_dues) if due < horizon_end_ms)
             loaded_at, rss_loaded = await _wait_for_wheels(fleet, ports, loadable, t0_ms, say)
             t0_before_loaded = loaded_at is None or loaded_at > t0_ms
             if t0_before_loaded:
@@ -272,19 +288,19 @@ async def _follow(
     conn: asyncpg.Connection, fleet: Supervisor, cfg: BurstConfig, t0_ms: int
 ) -> bool:
     """From T0: progress bars until every run succeeded; True when the settle time ran out."""
-    settle_s = SETTLE_MIN_S + cfg.jobs * SETTLE_PER_JOB_S + cfg.spread_ms / MS_PER_S
+    settle_s = SETTLE_MIN_S + cfg.total_jobs * SETTLE_PER_JOB_S + cfg.spread_ms / MS_PER_S
     deadline_ms = t0_ms + int(settle_s * MS_PER_S)
     # Counting a million rows costs Postgres ~0.2 s: poll less often when there are many.
-    interval_s = 0.5 if cfg.jobs <= 200_000 else 2.0
+    interval_s = 0.5 if cfg.total_jobs <= 200_000 else 2.0
     await asyncio.sleep(max(0.0, (t0_ms - now_ms()) / MS_PER_S))
-    with Bar(cfg.jobs, "claimed", "started", "completed") as bar:
+    with Bar(cfg.total_jobs, "claimed", "started", "completed") as bar:
         while True:
             fleet.check()
             row = await conn.fetchrow(QUERIES["bench_progress"])
             assert row is not None  # an aggregate always has its row
             for label in bar.labels:
                 bar.put(label, row[label])
-            if row["completed"] >= cfg.jobs:
+            if row["completed"] >= cfg.total_jobs:
                 return False
             if now_ms() > deadline_ms:
                 return True

@@ -392,6 +392,96 @@ def steady(
         click.echo(f"plot: {plot_path}", err=True)
 
 
+@bench.command("tenants")
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 10_000_000),
+    default=DEFAULT_JOBS,
+    show_default=True,
+    help="The burst: jobs of tenant bench, all due at T0.",
+)
+@click.option(
+    "--other-jobs",
+    type=click.IntRange(1, 1_000_000),
+    default=100,
+    show_default=True,
+    help="Jobs of tenant bench-b, due evenly over --other-spread-ms from T0.",
+)
+@click.option(
+    "--other-spread-ms",
+    type=click.IntRange(0, 60_000),
+    default=1_000,
+    show_default=True,
+    help="0: all at T0 too.",
+)
+@click.option("--no-alone", is_flag=True, help="Skip the burst alone (the comparison).")
+@_common
+def tenants(
+    jobs: int,
+    other_jobs: int,
+    other_spread_ms: int,
+    no_alone: bool,
+    shards: int | None,
+    schedulers: int,
+    workers: int,
+    concurrency: int | None,
+    handler_text: str,
+    registration: str,
+    partitions: int | None,
+    lead_s: float | None,
+    json_path: Path | None,
+    plot_path: Path | None,
+    log_dir: Path | None,
+) -> None:
+    """One tenant's burst of JOBS due at T0 and another tenant's OTHER-JOBS in the same second:
+    how soon the small tenant's runs start, and what the burst's completion costs beside the
+    burst alone (measured first, back to back)."""
+    from dataclasses import replace
+
+    from tickwheel.bench.analysis import by_tenant
+    from tickwheel.bench.report import tenants_json, tenants_table
+    from tickwheel.bench.scratch import TENANT
+
+    s = settings()
+    cfg = _burst_config(
+        s, jobs, 0, shards, schedulers, workers, concurrency, handler_text, registration,
+        partitions, lead_s, log_dir,
+    )  # fmt: skip
+    together_cfg = replace(cfg, other_jobs=other_jobs, other_spread_ms=other_spread_ms)
+
+    async def go() -> tuple[BurstResult | None, BurstResult]:
+        alone = None if no_alone else await _burst(s, cfg)
+        return alone, await _burst(s, together_cfg)
+
+    alone, together = _run(go())
+    out: dict[str, Any] = {"other_spread_ms": other_spread_ms, "alone": None}
+    for name, result in (("alone", alone), ("together", together)):
+        if result is None:
+            continue
+        summary, meta = _summary(result)
+        out[name] = tenants_json(by_tenant(result.expected, result.rows, result.t0_ms))
+        out[f"{name}_burst"] = {
+            "lost": summary.lost,
+            "duplicates": summary.duplicates,
+            "not_completed": summary.not_completed,
+            **meta,
+        }
+    if alone is not None:
+        a, b = out["alone"][TENANT]["completed_max_s"], out["together"][TENANT]["completed_max_s"]
+        out["burst_completed_vs_alone"] = round(b / a, 3) if a and b else None
+    click.echo(tenants_table(out))
+    for name in ("alone_burst", "together_burst"):
+        if name in out:
+            o = out[name]
+            click.echo(
+                f"{name.split('_')[0]}: lost {o['lost']}   duplicates {o['duplicates']}   "
+                f"not completed {o['not_completed']}"
+            )
+    _write_json(json_path, out)
+    if plot_path is not None:
+        click.echo("--plot is not drawn for this scenario", err=True)
+
+
 @bench.command("floor-claimer", hidden=True)
 @click.option("--start-at-ms", type=int, required=True)
 @click.option("--topic", required=True)

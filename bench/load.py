@@ -70,8 +70,8 @@ def documents(dues: Sequence[int], handler: Handler) -> list[dict[str, Any]]:
     ]
 
 
-def expected_run_keys(dues: Sequence[int]) -> list[str]:
-    return [run_key(TENANT, job_id(i), due) for i, due in enumerate(dues)]
+def expected_run_keys(dues: Sequence[int], tenant: str = TENANT) -> list[str]:
+    return [run_key(tenant, job_id(i), due) for i, due in enumerate(dues)]
 
 
 Progress = Callable[[int], None]  # told the total done so far
@@ -95,7 +95,9 @@ async def _wait_for_jobs(
     progress(total)
 
 
-async def register_bulk(res: Scratch, docs: Sequence[dict[str, Any]], progress: Progress) -> None:
+async def register_bulk(
+    res: Scratch, docs: Sequence[dict[str, Any]], progress: Progress, tenant: str = TENANT
+) -> None:
     limits = Limits(shards=res.shards)
     pool = await asyncpg.create_pool(res.dsn, min_size=1, max_size=2)
     try:
@@ -106,8 +108,8 @@ async def register_bulk(res: Scratch, docs: Sequence[dict[str, Any]], progress: 
             ops = []
             for raw in docs[start : start + BULK_BATCH]:
                 doc = parse_document(raw)
-                spec = validate_job(TENANT, doc, limits, now)
-                ops.append(Op("upsert", TENANT, doc.id, spec=spec))
+                spec = validate_job(tenant, doc, limits, now)
+                ops.append(Op("upsert", tenant, doc.id, spec=spec))
             await store.apply(ops)
             done += len(ops)
             progress(done)

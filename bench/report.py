@@ -7,6 +7,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -18,6 +19,7 @@ from tickwheel.bench.analysis import (
     Lateness,
     RunRecord,
     Spread,
+    TenantFigures,
     cumulative,
     finite,
     published_instants,
@@ -272,3 +274,36 @@ def plot(
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def tenants_json(figures: Mapping[str, TenantFigures]) -> dict[str, Any]:
+    return {
+        tenant: {
+            "runs": f.runs,
+            **spread_json("started", f.started),
+            **spread_json("start_lateness", f.start_lateness),
+            **spread_json("completed", f.completed),
+        }
+        for tenant, f in figures.items()
+    }
+
+
+def tenants_table(result: dict[str, Any]) -> str:
+    """The two-tenant burst: each tenant's starts and completions, and the burst alone."""
+    lines = [
+        "| tenant (runs) | started p50 / p99 / max s | start lateness p99 / max s | "
+        "completed max s |",
+        "|---|---:|---:|---:|",
+    ]
+    rows = [(f"{t} ({f['runs']:,})", f) for t, f in result["together"].items()]
+    rows += [(f"{t} ({f['runs']:,}) alone", f) for t, f in (result.get("alone") or {}).items()]
+    for name, f in rows:
+        lines.append(
+            f"| {name} | {_s(f['started_p50_s'])} / {_s(f['started_p99_s'])} / "
+            f"{_s(f['started_max_s'])} | {_s(f['start_lateness_p99_s'])} / "
+            f"{_s(f['start_lateness_max_s'])} | {_s(f['completed_max_s'])} |"
+        )
+    ratio = result.get("burst_completed_vs_alone")
+    if ratio is not None:
+        lines.append(f"burst completed with the other tenant / alone: {ratio:.3f}")
+    return "\n".join(lines)

@@ -29,6 +29,7 @@ from tickwheel.testing import migrate, scratch_database_async, unique_topics
 from tickwheel.topics import Topics
 
 TENANT = "bench"
+OTHER_TENANT = "bench-b"  # `tickwheel bench tenants`: the small tenant beside the burst
 TOPIC_CONFIG_TIMEOUT_S = 30.0
 
 

@@ -50,3 +50,33 @@ def test_hot_second_with_floor_and_naive_baselines(stack: Addresses, tmp_path: P
     assert result["baseline"]["jobs"] == JOBS and result["baseline_claimed_per_s"] > 0
     table = done.stdout.decode()
     assert "floor (the design's least work" in table and "baseline (3 naive pollers)" in table
+
+
+@pytest.mark.timeout(300)
+def test_two_tenant_burst_reports_each_tenant(stack: Addresses, tmp_path: Path) -> None:
+    """bench tenants: the burst alone, then beside another tenant's jobs; every run of both
+    completes once and the JSON has each tenant's starts and the ratio to the burst alone"""
+    out = tmp_path / "tenants.json"
+    env = {
+        "PATH": str(Path(sys.executable).parent),
+        "TICKWHEEL_DSN": stack.dsn,
+        "TICKWHEEL_KAFKA": stack.kafka,
+        "TICKWHEEL_ZK": stack.zk,
+        "TICKWHEEL_SHARDS": "8",
+    }
+    done = subprocess.run(
+        [TICKWHEEL, "bench", "tenants", "--jobs", "1000", "--other-jobs", "20",
+         "--lead-s", "15", "--json", str(out), "--log-dir", str(tmp_path / "logs")],
+        env=env, capture_output=True, timeout=280,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    result = json.loads(out.read_text())
+    assert set(result["alone"]) == {"bench"} and set(result["together"]) == {"bench", "bench-b"}
+    assert result["together"]["bench"]["completed_count"] == 1000
+    assert result["together"]["bench-b"]["completed_count"] == 20
+    assert result["alone"]["bench"]["completed_count"] == 1000
+    for burst in ("alone_burst", "together_burst"):
+        assert result[burst]["lost"] == 0 and result[burst]["duplicates"] == 0
+        assert result[burst]["not_completed"] == 0
+    assert result["burst_completed_vs_alone"] > 0
+    assert "bench-b (20)" in done.stdout.decode()

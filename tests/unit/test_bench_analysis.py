@@ -9,6 +9,7 @@ import pytest
 from tickwheel.bench.analysis import (
     RunRecord,
     Spread,
+    by_tenant,
     cumulative,
     finite,
     lateness,
@@ -143,3 +144,21 @@ def test_cumulative_curve() -> None:
     xs, ys = cumulative([T0 + 2000, None, T0 + 500], T0)
     assert xs == [0.5, 2.0]
     assert ys == [1, 2]
+
+
+def test_figures_per_tenant_split_the_rows_by_the_run_keys_tenant() -> None:
+    """by_tenant: each tenant's starts since T0 and completions count only its own runs; a
+    run not started is an infinite percentile, not a missing one."""
+    rows = [row("a", 1, 2, 500), row("b", 1, 2, 900)]
+    other = RunRecord(
+        run_key=f"bench-b/x@{T0 + 200}", scheduled_ms=T0 + 200, claimed_ms=T0 + 201,
+        published_ms=T0 + 202, started_ms=T0 + 300, finished_ms=T0 + 301, status="succeeded",
+        attempt=1,
+    )  # fmt: skip
+    expected = [r.run_key for r in rows] + [other.run_key, f"bench-b/y@{T0}"]
+    figures = by_tenant(expected, [*rows, other], T0)
+    assert figures["bench"].runs == 2 and figures["bench"].completed.max_s == 0.9
+    assert figures["bench"].started.max_s == 0.899
+    b = figures["bench-b"]
+    assert b.runs == 2 and b.started.count == 1 and b.started.p50_s == 0.3
+    assert b.start_lateness.p50_s == 0.1 and math.isinf(b.started.max_s)
