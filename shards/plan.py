@@ -27,6 +27,7 @@ as the job's one buffered run, so a further occurrence is skipped.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -44,14 +45,12 @@ from tickwheel.schedule import (
 NO_NEXT_MS = 2**63 - 1  # "no next occurrence" where an int is needed (ordering)
 
 
-@dataclass(slots=True)
-class JobEntry:
-    """A wheel entry for a job: what planning its occurrences needs (from `horizon_jobs`)."""
+@dataclass(slots=True, frozen=True, weakref_slot=True)
+class JobRules:
+    """How a job's occurrences are planned: what most jobs of a shard share. One object per
+    distinct set of rules (`JobEntry.of` interns them), so a loaded job costs its identity,
+    version and next instant, not nine fields of its own (docs/BENCHMARKS.md, memory)."""
 
-    tenant: str
-    job_id: str
-    version: int
-    next_ms: int  # the next_run_at this entry expects (UTC ms)
     kind: str
     schedule: str | None
     timezone: str
@@ -62,9 +61,60 @@ class JobEntry:
     max_catchup: int
     overlap_policy: str
 
+
+# Interned rules, held only while some entry uses them (a reload or an edit lets go of the old).
+_RULES: weakref.WeakValueDictionary[tuple[object, ...], JobRules] = weakref.WeakValueDictionary()
+
+
+@dataclass(slots=True)
+class JobEntry:
+    """A wheel entry for a job: what planning its occurrences needs (from `horizon_jobs`)."""
+
+    tenant: str
+    job_id: str
+    version: int
+    next_ms: int  # the next_run_at this entry expects (UTC ms)
+    rules: JobRules
+
+    @classmethod
+    def of(
+        cls,
+        tenant: str,
+        job_id: str,
+        version: int,
+        next_ms: int,
+        kind: str,
+        schedule: str | None,
+        timezone: str,
+        dst_gap: str,
+        dst_overlap: str,
+        misfire_policy: str,
+        grace_ms: int,
+        max_catchup: int,
+        overlap_policy: str,
+    ) -> JobEntry:
+        """An entry whose rules are the interned copy of these (and the tenant name too)."""
+        values = (
+            kind, schedule, timezone, dst_gap, dst_overlap, misfire_policy, grace_ms,
+            max_catchup, overlap_policy,
+        )  # fmt: skip
+        rules = _RULES.get(values)
+        if rules is None:
+            rules = _RULES[values] = JobRules(*values)
+        return cls(_TENANTS.setdefault(tenant, tenant), job_id, version, next_ms, rules)
+
     @property
     def key(self) -> str:
         return job_key(self.tenant, self.job_id)
+
+    @property
+    def overlap_policy(self) -> str:
+        return self.rules.overlap_policy
+
+
+# Tenant names as loaded: one string per tenant, not one per loaded job. Tenants are few and
+# their names short, so the table is not pruned.
+_TENANTS: dict[str, str] = {}
 
 
 @dataclass(slots=True, frozen=True)
@@ -151,14 +201,15 @@ class ClaimBatch:
 
 def next_fire(cache: ScheduleCache, entry: JobEntry, after_ms: int) -> int | None:
     """The job's first occurrence strictly after `after_ms` (a one-off has none after its own)."""
-    if entry.kind == JobKind.ONCE or entry.schedule is None:
+    rules = entry.rules
+    if rules.kind == JobKind.ONCE or rules.schedule is None:
         return None
     return cache.next_after(
-        entry.schedule,
-        entry.timezone,
+        rules.schedule,
+        rules.timezone,
         job_key(entry.tenant, entry.job_id),
-        entry.dst_gap,
-        entry.dst_overlap,
+        rules.dst_gap,
+        rules.dst_overlap,
         after_ms,
     )
 
@@ -179,15 +230,16 @@ def plan_claims(
     counts = in_flight or {}
     for entry in due:
         expected = entry.next_ms
+        rules = entry.rules
         after = partial(next_fire, cache, entry)
         following = after(expected)
-        if now_ms - expected <= entry.grace_ms and (following is None or following > now_ms):
+        if now_ms - expected <= rules.grace_ms and (following is None or following > now_ms):
             run, skipped, next_ms, span = [expected], [], following, None
         else:
             plan = plan_misfire(
-                entry.misfire_policy,
-                entry.grace_ms,
-                entry.max_catchup,
+                rules.misfire_policy,
+                rules.grace_ms,
+                rules.max_catchup,
                 expected,
                 now_ms,
                 after,
@@ -204,13 +256,13 @@ def plan_claims(
         batch.expected_ms.append(expected)
         batch.next_ms.append(next_ms)
         batch.complete.append(next_ms is None)
-        if entry.overlap_policy == OverlapPolicy.ALLOW:
+        if rules.overlap_policy == OverlapPolicy.ALLOW:
             for ms in run:
                 batch.add_run(entry, ms, RunStatus.PENDING, None, True)
         else:
             running, buffered = counts.get((entry.tenant, entry.job_id), (0, 0))
             for ms in run:
-                decision = decide_overlap(entry.overlap_policy, running, buffered)
+                decision = decide_overlap(rules.overlap_policy, running, buffered)
                 if decision is OverlapDecision.RUN:
                     batch.add_run(entry, ms, RunStatus.PENDING, None, True)
                     running += 1

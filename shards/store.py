@@ -90,7 +90,7 @@ class Dispatch:
 
 
 def entry_of(row: asyncpg.Record) -> JobEntry:
-    return JobEntry(
+    return JobEntry.of(
         tenant=row["tenant"],
         job_id=row["job_id"],
         version=row["version"],

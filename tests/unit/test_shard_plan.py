@@ -29,7 +29,7 @@ def _job(**overrides: object) -> JobEntry:
         "overlap_policy": "allow",
     }
     values.update(overrides)
-    return JobEntry(**values)  # type: ignore[arg-type]
+    return JobEntry.of(**values)  # type: ignore[arg-type]
 
 
 def _runs(batch: object) -> list[tuple[int, str, str | None, bool]]:
