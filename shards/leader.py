@@ -385,18 +385,14 @@ class ShardLeader:
         try:
             async with self.s.pool.acquire() as conn:
                 async with store.fenced(conn, self.lease):
-                    keys = [
-                        (e.tenant, e.job_id)
-                        for e in chunk
-                        if e.overlap_policy != OverlapPolicy.ALLOW
-                    ]
+                    keys = [e.ids for e in chunk if e.overlap_policy != OverlapPolicy.ALLOW]
                     counts = await store.in_flight(conn, keys) if keys else None
                     batch = plan_claims(chunk, now, self.s.cache, counts)
                     claimed = await store.claim(conn, self.lease, self.cfg.publish_lease_ms, batch)
                 crash_point("scheduler_after_claim")
                 stale: list[tuple[str, str]] = []
                 for entry, next_ms in zip(batch.entries, batch.next_ms, strict=True):
-                    if (entry.tenant, entry.job_id) in claimed.jobs:
+                    if entry.ids in claimed.jobs:
                         self._offer(
                             entry.key,
                             entry.version,
@@ -404,7 +400,7 @@ class ShardLeader:
                             entry,
                         )
                     else:
-                        stale.append((entry.tenant, entry.job_id))
+                        stale.append(entry.ids)
                 if stale:
                     # Edited, paused, deleted since the wheel learnt of them: read the truth
                     # now rather than wait for the feed (it may be on its way too; versions

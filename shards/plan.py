@@ -68,10 +68,12 @@ _RULES: weakref.WeakValueDictionary[tuple[object, ...], JobRules] = weakref.Weak
 
 @dataclass(slots=True)
 class JobEntry:
-    """A wheel entry for a job: what planning its occurrences needs (from `horizon_jobs`)."""
+    """A wheel entry for a job: what planning its occurrences needs (from `horizon_jobs`).
 
-    tenant: str
-    job_id: str
+    The job is named by its key alone (`job_key`, the wheel's key too: one string per loaded
+    job); `tenant`, `job_id` and `ids` cut it at its first '/', which no tenant name holds."""
+
+    key: str
     version: int
     next_ms: int  # the next_run_at this entry expects (UTC ms)
     rules: JobRules
@@ -93,7 +95,7 @@ class JobEntry:
         max_catchup: int,
         overlap_policy: str,
     ) -> JobEntry:
-        """An entry whose rules are the interned copy of these (and the tenant name too)."""
+        """An entry whose rules are the interned copy of these."""
         values = (
             kind, schedule, timezone, dst_gap, dst_overlap, misfire_policy, grace_ms,
             max_catchup, overlap_policy,
@@ -101,20 +103,25 @@ class JobEntry:
         rules = _RULES.get(values)
         if rules is None:
             rules = _RULES[values] = JobRules(*values)
-        return cls(_TENANTS.setdefault(tenant, tenant), job_id, version, next_ms, rules)
+        return cls(job_key(tenant, job_id), version, next_ms, rules)
 
     @property
-    def key(self) -> str:
-        return job_key(self.tenant, self.job_id)
+    def ids(self) -> tuple[str, str]:
+        """(tenant, job id)."""
+        tenant, _, job_id = self.key.partition("/")
+        return tenant, job_id
+
+    @property
+    def tenant(self) -> str:
+        return self.key.partition("/")[0]
+
+    @property
+    def job_id(self) -> str:
+        return self.key.partition("/")[2]
 
     @property
     def overlap_policy(self) -> str:
         return self.rules.overlap_policy
-
-
-# Tenant names as loaded: one string per tenant, not one per loaded job. Tenants are few and
-# their names short, so the table is not pruned.
-_TENANTS: dict[str, str] = {}
 
 
 @dataclass(slots=True, frozen=True)
@@ -185,10 +192,10 @@ class ClaimBatch:
     entries: list[JobEntry] = field(default_factory=list)  # the due entries, in job order
 
     def add_run(
-        self, entry: JobEntry, ms: int, status: str, reason: str | None, leased: bool
+        self, ids: tuple[str, str], ms: int, status: str, reason: str | None, leased: bool
     ) -> None:
-        self.run_tenants.append(entry.tenant)
-        self.run_job_ids.append(entry.job_id)
+        self.run_tenants.append(ids[0])
+        self.run_job_ids.append(ids[1])
         self.run_ms.append(ms)
         self.run_status.append(status)
         self.run_reason.append(reason)
@@ -207,7 +214,7 @@ def next_fire(cache: ScheduleCache, entry: JobEntry, after_ms: int) -> int | Non
     return cache.next_after(
         rules.schedule,
         rules.timezone,
-        job_key(entry.tenant, entry.job_id),
+        entry.key,
         rules.dst_gap,
         rules.dst_overlap,
         after_ms,
@@ -250,32 +257,33 @@ def plan_claims(
                 plan.next_run_at,
                 plan.skipped_span,
             )
+        ids = entry.ids
         batch.entries.append(entry)
-        batch.tenants.append(entry.tenant)
-        batch.job_ids.append(entry.job_id)
+        batch.tenants.append(ids[0])
+        batch.job_ids.append(ids[1])
         batch.expected_ms.append(expected)
         batch.next_ms.append(next_ms)
         batch.complete.append(next_ms is None)
         if rules.overlap_policy == OverlapPolicy.ALLOW:
             for ms in run:
-                batch.add_run(entry, ms, RunStatus.PENDING, None, True)
+                batch.add_run(ids, ms, RunStatus.PENDING, None, True)
         else:
-            running, buffered = counts.get((entry.tenant, entry.job_id), (0, 0))
+            running, buffered = counts.get(ids, (0, 0))
             for ms in run:
                 decision = decide_overlap(rules.overlap_policy, running, buffered)
                 if decision is OverlapDecision.RUN:
-                    batch.add_run(entry, ms, RunStatus.PENDING, None, True)
+                    batch.add_run(ids, ms, RunStatus.PENDING, None, True)
                     running += 1
                 elif decision is OverlapDecision.BUFFER:
-                    batch.add_run(entry, ms, RunStatus.PENDING, None, False)
+                    batch.add_run(ids, ms, RunStatus.PENDING, None, False)
                     buffered += 1
                 else:
-                    batch.add_run(entry, ms, RunStatus.SKIPPED, REASON_OVERLAP, False)
+                    batch.add_run(ids, ms, RunStatus.SKIPPED, REASON_OVERLAP, False)
         for ms, reason in skipped:
-            batch.add_run(entry, ms, RunStatus.SKIPPED, reason, False)
+            batch.add_run(ids, ms, RunStatus.SKIPPED, reason, False)
         if span is not None:
             batch.add_run(
-                entry,
+                ids,
                 span.start_ms,
                 RunStatus.SKIPPED,
                 span_reason(span.reason, span.end_ms),
