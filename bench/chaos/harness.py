@@ -305,10 +305,17 @@ class Harness:
         return now_ms()
 
     async def _pause_later(self, workload: Workload, at_ms: int) -> int:
+        """Pause the round's paused job at `at_ms`, or once it is stored if that is later (a
+        killed registry stores the round's jobs late: a pause before that matched no row, and
+        the job then ran unpaused, judged unexpected); returns when the pause landed."""
         await asyncio.sleep(max(0.0, (at_ms - now_ms()) / 1000))
-        await self.deployment.fetch(
+        deadline = time.monotonic() + REGISTER_TIMEOUT_S
+        while not await self.deployment.fetch(
             QUERIES["chaos_jobs_pause"], workload.tenant, [workload.paused_id]
-        )
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {workload.paused_id} was never stored to be paused")
+            await asyncio.sleep(0.2)
         return now_ms()
 
     async def _round(self, n: int, kind: str, phase: str, victim: int) -> dict[str, Any]:

@@ -89,8 +89,10 @@ WHERE tenant = $1 AND job_id = ANY($2::text[]) AND status <> 'deleted'
 
 -- chaos_jobs_pause --
 -- A steady job paused mid-round, as the registry pauses (version bump): no run after this.
+-- No row back: the job is not stored (yet).
 UPDATE jobs SET status = 'paused', version = version + 1
 WHERE tenant = $1 AND job_id = ANY($2::text[]) AND status = 'active'
+RETURNING job_id
 
 -- chaos_shard_epochs --
 -- Every shard's epoch and when its takeover began (database clock): the harness's record of
