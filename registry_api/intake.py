@@ -23,8 +23,10 @@ applied only if the signature verifies under an active key of the tenant it name
 topic; with `intake_require_signature` (the default) an unsigned one is rejected, and so is
 one signed in form 1 (the value alone, which can be replayed). A tenant's quotas are decided
 in step 2, inside the batch's transaction (store.py, quotas.py): an op over one is rejected
-in step 3 like any op the database side refuses, naming the quota. The keys are read by their prefixes once
-per batch (cached `KEY_CACHE_TTL_S`, the HTTP keys' revocation bound). A form 2 signature also
+in step 3 like any op the database side refuses, naming the quota.
+
+The keys are read by their prefixes once per batch (cached `KEY_CACHE_TTL_S`, the HTTP keys'
+revocation bound). A form 2 signature also
 carries a message id and its signing instant: one signed longer ago than the signature window
 (or too far ahead of our clock) is rejected as expired, and step 1 ends by remembering the
 batch's message ids with their positions (`RegistryStore.remember_message_ids`, its own
