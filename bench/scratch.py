@@ -50,6 +50,7 @@ class Scratch:
             "TICKWHEEL_ZK": self.zk,
             "TICKWHEEL_TOPIC_PREFIX": self.topics.prefix,
             "TICKWHEEL_SHARDS": str(self.shards),
+            "TICKWHEEL_INTAKE_REQUIRE_SIGNATURE": "false",  # its only producer: us, unsigned
         }
 
 

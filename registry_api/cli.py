@@ -11,9 +11,11 @@ from tickwheel.cli_support import (
     EXIT_BAD_INPUT,
     BadInput,
     command,
+    emit_json,
     fail,
     settings,
     startup_failed,
+    table,
     with_pool,
 )
 from tickwheel.domain import TENANT_FORM, TENANT_PATTERN
@@ -24,7 +26,27 @@ from tickwheel.domain import TENANT_FORM, TENANT_PATTERN
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--no-http", is_flag=True, help="Run only the Kafka registration intake.")
 @click.option("--no-intake", is_flag=True, help="Run only the HTTP API.")
-def registry(host: str, port: int, no_http: bool, no_intake: bool) -> None:
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on a listener of their own (with --no-http, the only way "
+    "to get the intake's); with HTTP they are at /metrics too.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the --metrics-port listener binds (0.0.0.0: every interface).",
+)
+def registry(
+    host: str,
+    port: int,
+    no_http: bool,
+    no_intake: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> None:
     """Serve the HTTP API and the Kafka registration intake until SIGINT/SIGTERM."""
     import asyncpg
     import uvloop
@@ -37,7 +59,17 @@ def registry(host: str, port: int, no_http: bool, no_intake: bool) -> None:
     logs.setup()
     s = settings()
     try:
-        code = uvloop.run(serve(s, host, port, http=not no_http, intake=not no_intake))
+        code = uvloop.run(
+            serve(
+                s,
+                host,
+                port,
+                http=not no_http,
+                intake=not no_intake,
+                metrics_port=metrics_port,
+                metrics_host=metrics_host,
+            )
+        )
     except (OSError, asyncpg.PostgresError, asyncpg.ClientConfigurationError) as exc:
         startup_failed("registry", s, exc)
     # Non-zero when a part died (logged with its traceback): supervisors restart on it.
@@ -61,6 +93,120 @@ def tenant_add(name: str) -> None:
     key = with_pool(lambda pool: RegistryStore(pool, s.shards).create_tenant(name), s)
     click.echo(f"tenant {name} created; its API key (shown once):")
     click.echo(key)
+
+
+NONE_WORDS = ("none", "off")  # an option given so lifts its quota
+
+
+def _quota_value(name: str, value: str, parse: Any, low: float) -> Any:
+    """An option's quota: None (lifted) or a number of at least `low`."""
+    if value.strip().lower() in NONE_WORDS:
+        return None
+    try:
+        number = parse(value)
+    except ValueError:
+        number = None
+    if number is None or not number >= low or number > 1_000_000_000:
+        kind = "an integer" if parse is int else "a number"
+        raise BadInput(f"{name}: must be {kind} of at least {low:g}, or 'none'; not {value!r}")
+    return number
+
+
+@command(tenant, "quota")
+@click.argument("name")
+@click.option("--max-jobs", help="Jobs the tenant may have registered at once; 'none' lifts it.")
+@click.option(
+    "--max-registrations-per-s",
+    help="Registrations (any operation, HTTP or Kafka) per second; 'none' lifts it.",
+)
+@click.option(
+    "--registrations-burst",
+    help="Registrations that may come at once; 'none': one second's worth of the rate.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the tenant as JSON.")
+def tenant_quota(
+    name: str,
+    max_jobs: str | None,
+    max_registrations_per_s: str | None,
+    registrations_burst: str | None,
+    as_json: bool,
+) -> None:
+    """Show or set tenant NAME's quotas; options not given stay as they are. Every registry
+    process enforces a change from its next batch on."""
+    from tickwheel.registry_api.store import RegistryStore
+
+    given = {
+        "max_jobs": ("--max-jobs", max_jobs, int, 0),
+        "max_registrations_per_s": (
+            "--max-registrations-per-s",
+            max_registrations_per_s,
+            float,
+            0.001,
+        ),
+        "registrations_burst": ("--registrations-burst", registrations_burst, int, 1),
+    }
+    changes = {
+        column: _quota_value(option, value, parse, low)
+        for column, (option, value, parse, low) in given.items()
+        if value is not None
+    }
+    if changes.get("max_registrations_per_s", 1.0) > 1_000_000:
+        raise BadInput("--max-registrations-per-s: must be at most 1000000")
+    s = settings()
+
+    async def change(pool: Any) -> dict[str, Any]:
+        store = RegistryStore(pool, s.shards)
+        try:
+            if changes:
+                return await store.set_quotas(name, changes)
+            [view] = await store.tenants(name)
+        except (KeyError, ValueError):  # no row: set_quotas's KeyError, or nothing to unpack
+            raise BadInput(f"no tenant {name!r} (tickwheel tenant ls lists them)") from None
+        return view
+
+    view = with_pool(change, s)
+    if as_json:
+        emit_json(view)
+        return
+    click.echo(_tenants_table([view]))
+
+
+def _limit(value: Any) -> str:
+    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _tenants_table(items: list[dict[str, Any]]) -> str:
+    return table(
+        ("TENANT", "JOBS", "MAX_JOBS", "MAX_REG/S", "BURST", "KEYS", "CREATED"),
+        [
+            (
+                t["tenant"],
+                t["jobs"],
+                _limit(t["max_jobs"]),
+                _limit(t["max_registrations_per_s"]),
+                _limit(t["registrations_burst"]),
+                t["active_keys"],
+                t["created_at"],
+            )
+            for t in items
+        ],
+    )
+
+
+@command(tenant, "ls")
+@click.option("--json", "as_json", is_flag=True, help='Print {"items": [...]} as JSON.')
+def tenant_ls(as_json: bool) -> None:
+    """List tenants with their registered jobs, quotas ('-': none) and active keys."""
+    from tickwheel.registry_api.store import RegistryStore
+
+    s = settings()
+    items = with_pool(lambda pool: RegistryStore(pool, s.shards).tenants(), s)
+    if as_json:
+        emit_json({"items": items})
+    elif not items:
+        click.echo("no tenants (tickwheel tenant add NAME creates one)")
+    else:
+        click.echo(_tenants_table(items))
 
 
 @command(tenant, "revoke-key")

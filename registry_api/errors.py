@@ -3,6 +3,8 @@
   422 (any bad input):  {"error": "invalid_job" | "invalid_request",
                          "detail": [{"field": "backoff.cap_ms", "message": "…"}, …]}
   401/404/409/413/503:  {"error": "not_found", "detail": "one sentence"}
+  429 (a tenant's quota):  {"error": "quota_exceeded", "quota": "max_jobs", "detail": "…",
+                          "retry_after_s": 60}, with the header Retry-After
 
 `field` is a dotted path in the job document (or the name of a query parameter); "" means the
 body as a whole. `install_error_handlers` maps each exception the app may meet to its answer.
@@ -22,6 +24,7 @@ from starlette.responses import Response
 
 from tickwheel.registry_api.auth import AuthProblem
 from tickwheel.registry_api.document import FieldProblem, JobValidationError
+from tickwheel.registry_api.quotas import QuotaRefusal
 from tickwheel.registry_api.store import DB_UNAVAILABLE
 
 # The request log's logger (docs/API.md names it), which also reports an unavailable database.
@@ -40,13 +43,19 @@ class ApiError(Exception):
     """An answer other than success: status, slug and one sentence."""
 
     def __init__(
-        self, status: int, error: str, detail: str, headers: Mapping[str, str] | None = None
+        self,
+        status: int,
+        error: str,
+        detail: str,
+        headers: Mapping[str, str] | None = None,
+        fields: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(detail)
         self.status = status
         self.error = error
         self.detail = detail
         self.headers = dict(headers or {})
+        self.fields = dict(fields or {})  # more of the body, after error and detail
 
 
 class JsonResponse(Response):
@@ -76,6 +85,17 @@ def conflict(job_id: str, action: str) -> ApiError:
             f"job {job_id!r} is completed (a one-off job that has run), so it cannot be {action}; "
             "POST it again with a new 'at' to schedule it anew"
         ),
+    )
+
+
+def over_quota(refusal: QuotaRefusal) -> ApiError:
+    """429: the tenant's quota refused the request; nothing of the tenant changed."""
+    return ApiError(
+        429,
+        "quota_exceeded",
+        refusal.detail,
+        headers={"Retry-After": str(refusal.retry_after_s)},
+        fields={"quota": refusal.quota, "retry_after_s": refusal.retry_after_s},
     )
 
 
@@ -138,7 +158,9 @@ def request_problems(errors: list[Mapping[str, Any]]) -> tuple[str, list[FieldPr
 async def _api_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
     return JsonResponse(
-        {"error": exc.error, "detail": exc.detail}, status_code=exc.status, headers=exc.headers
+        {"error": exc.error, "detail": exc.detail, **exc.fields},
+        status_code=exc.status,
+        headers=exc.headers,
     )
 
 

@@ -18,11 +18,15 @@ may publish a rejection again (the rejected topic is at-least-once; its `source`
 identifies duplicates). A database or broker that is unavailable makes the loop seek back to
 the batch's first offsets and retry with backoff, so nothing is skipped.
 
-A registration may be signed with a key of its tenant (tickwheel/signatures.py): a signed one
-is applied only if the signature verifies under an active key of the tenant it names, for
-this topic; with `intake_require_signature` an unsigned one is rejected, and so is one signed
-in form 1 (the value alone, which can be replayed). The keys are read by their prefixes once
-per batch (cached `KEY_CACHE_TTL_S`, the HTTP keys' revocation bound). A form 2 signature also
+A registration is signed with a key of its tenant (tickwheel/signatures.py): a signed one is
+applied only if the signature verifies under an active key of the tenant it names, for this
+topic; with `intake_require_signature` (the default) an unsigned one is rejected, and so is
+one signed in form 1 (the value alone, which can be replayed). A tenant's quotas are decided
+in step 2, inside the batch's transaction (store.py, quotas.py): an op over one is rejected
+in step 3 like any op the database side refuses, naming the quota.
+
+The keys are read by their prefixes once per batch (cached `KEY_CACHE_TTL_S`, the HTTP keys'
+revocation bound). A form 2 signature also
 carries a message id and its signing instant: one signed longer ago than the signature window
 (or too far ahead of our clock) is rejected as expired, and step 1 ends by remembering the
 batch's message ids with their positions (`RegistryStore.remember_message_ids`, its own
@@ -54,6 +58,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
@@ -117,6 +122,21 @@ def retryable(exc: BaseException) -> bool:
     return isinstance(exc, _UNAVAILABLE) and not is_data_error(exc)
 
 
+class RejectKind(StrEnum):
+    """Why a registration was rejected, in a word (the metrics' `reason` label; the rejection
+    on the topic says it in a sentence)."""
+
+    MALFORMED = "malformed"  # not a registration: bytes, JSON, envelope, signature header
+    SIGNATURE = "signature"  # unsigned where required, not verifying, another tenant's, expired
+    REPLAYED = "replayed"  # a signed message id received before at another position
+    UNKNOWN_TENANT = "unknown_tenant"
+    INVALID = "invalid"  # the job document or the operation's fields
+    QUOTA = "quota"  # a quota of the tenant (registry_api/quotas.py)
+    REFUSED = "refused"  # the job's state: stale version, no such job, conflict, backfill range
+    DATABASE = "database"  # the database refused the op's data
+    ERROR = "error"  # an unforeseen exception (logged with its traceback)
+
+
 @dataclass
 class BatchReport:
     """What one batch did, for metrics, logs and tests."""
@@ -124,12 +144,17 @@ class BatchReport:
     messages: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     rejected: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)  # RejectKind -> rejections
+    refusals: dict[tuple[str, str], int] = field(default_factory=dict)  # (tenant, quota) -> n
+    lag: dict[int, int] = field(default_factory=dict)  # partition -> messages behind its end
+    duration_s: float = 0.0  # seconds from the batch's transaction to its offsets stored
 
 
 @dataclass(frozen=True)
 class _Rejected:
     message: Message
     reason: str
+    kind: RejectKind
 
 
 class _Decoded(NamedTuple):
@@ -222,7 +247,7 @@ class RegistrationIntake:
         *,
         message_max_bytes: int = PRODUCER_MESSAGE_MAX_BYTES,
         health: PartState | None = None,
-        require_signature: bool = False,
+        require_signature: bool = True,
         signature_window_s: int = SIGNATURE_WINDOW_S,
     ) -> None:
         self.store = store
@@ -380,10 +405,11 @@ class RegistrationIntake:
                 signature = None if header is None else parse(header)
                 registrations.append(_Decoded(msg, reg, signature))
             except (EnvelopeError, SignatureError) as exc:
-                prepared.rejected.append(_Rejected(msg, str(exc)))
+                prepared.rejected.append(_Rejected(msg, str(exc), RejectKind.MALFORMED))
             except Exception as exc:  # unforeseen: reject this message, never stall the rest
                 log.exception("decoding a registration raised %s", type(exc).__name__)
-                prepared.rejected.append(_Rejected(msg, f"could not be decoded: {exc!r}"))
+                reason = f"could not be decoded: {exc!r}"
+                prepared.rejected.append(_Rejected(msg, reason, RejectKind.ERROR))
         return prepared, registrations
 
     def _validate(
@@ -395,20 +421,27 @@ class RegistrationIntake:
         now: int,
     ) -> None:
         for msg, reg, signature in registrations:
+            kind = RejectKind.SIGNATURE
             try:
                 verified = self._check_signature(msg, reg, signature, keys, now)
+                kind = RejectKind.UNKNOWN_TENANT
+                if reg.tenant not in known:
+                    raise EnvelopeError(f"tenant {reg.tenant!r} does not exist")
+                kind = RejectKind.INVALID
+                op = self._op(msg, reg, now)
                 if verified is not None and verified.message_id is not None:
                     assert verified.signed_at_ms is not None
                     prepared.signed.append(
                         _Signed(msg, reg.tenant, verified.message_id, verified.signed_at_ms)
                     )
-                prepared.ops.append(self._op(msg, reg, known, now))
+                prepared.ops.append(op)
                 prepared.op_messages.append(msg)
             except (EnvelopeError, JobValidationError) as exc:
-                prepared.rejected.append(_Rejected(msg, str(exc)))
+                prepared.rejected.append(_Rejected(msg, str(exc), kind))
             except Exception as exc:  # unforeseen: reject this message, never stall the rest
                 log.exception("validating a registration raised %s", type(exc).__name__)
-                prepared.rejected.append(_Rejected(msg, f"could not be validated: {exc!r}"))
+                reason = f"could not be validated: {exc!r}"
+                prepared.rejected.append(_Rejected(msg, reason, RejectKind.ERROR))
         # Still on this thread, overlapping the previous batch's transaction: fold the ops as
         # if their jobs were new, so a batch of new jobs skips the fold inside its transaction.
         # A plan that cannot be made costs only the optimisation: the transaction folds the
@@ -549,12 +582,13 @@ class RegistrationIntake:
                 ops.append(op)
                 messages.append(msg)
             else:
-                prepared.rejected.append(_Rejected(msg, reason))
+                prepared.rejected.append(_Rejected(msg, reason, RejectKind.REPLAYED))
         prepared.ops, prepared.op_messages = ops, messages
         prepared.plan = None  # made for the ops before: the transaction folds instead
 
     async def commit(self, prepared: _Prepared) -> BatchReport:
         """Steps 2 to 4: apply, publish rejections, store offsets."""
+        started = time.perf_counter()
         report = BatchReport(messages=len(prepared.messages))
         ops, op_messages, rejected = prepared.ops, prepared.op_messages, prepared.rejected
         if ops:
@@ -572,16 +606,42 @@ class RegistrationIntake:
                     continue
                 outcome = applied.outcome
                 report.outcomes[outcome.value] = report.outcomes.get(outcome.value, 0) + 1
-                if (reason := refusal(applied)) is not None:
-                    rejected.append(_Rejected(msg, reason))
+                if applied.quota is not None:
+                    refused = (applied.op.tenant, applied.quota.quota.value)
+                    report.refusals[refused] = report.refusals.get(refused, 0) + 1
+                    rejected.append(_Rejected(msg, applied.quota.detail, RejectKind.QUOTA))
+                elif (reason := refusal(applied)) is not None:
+                    rejected.append(_Rejected(msg, reason, RejectKind.REFUSED))
         crash_point("intake_after_db")
         if rejected:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, self._publish_rejections, rejected)
             report.rejected = len(rejected)
+            for item in rejected:
+                report.reasons[item.kind] = report.reasons.get(item.kind, 0) + 1
         crash_point("intake_before_offsets")
         await self.source.store_offsets(prepared.messages)
+        report.duration_s = time.perf_counter() - started
+        report.lag = await self.source.call(self._lag, prepared.messages)
         return report
+
+    def _lag(self, messages: Sequence[Message]) -> dict[int, int]:
+        """Per partition of the batch: messages between the batch's end and the partition's
+        end, by the consumer's cached high watermarks (no broker round trip)."""
+        ends: dict[int, int] = {}
+        for msg in messages:
+            partition, offset = _position(msg)
+            ends[partition] = max(ends.get(partition, -1), offset + 1)
+        lag = {}
+        for partition, end in ends.items():
+            tp = TopicPartition(self.registrations_topic, partition)
+            try:
+                _low, high = self.source.consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                continue
+            if high >= 0:
+                lag[partition] = max(0, high - end)
+        return lag
 
     async def _apply_singly(
         self, ops: list[Op], messages: list[Message], rejected: list[_Rejected]
@@ -596,17 +656,16 @@ class RegistrationIntake:
                 if retryable(exc):
                     raise
                 if is_data_error(exc):
-                    reason = f"the database refused it: {exc}"
+                    reason, kind = f"the database refused it: {exc}", RejectKind.DATABASE
                 else:
                     log.exception("applying a registration raised %s", type(exc).__name__)
                     reason = f"could not be applied: {type(exc).__name__}: {exc}"
-                rejected.append(_Rejected(msg, reason))
+                    kind = RejectKind.ERROR
+                rejected.append(_Rejected(msg, reason, kind))
                 results.append(None)
         return results
 
-    def _op(self, msg: Message, reg: Registration, known: set[str], now_ms: int) -> Op:
-        if reg.tenant not in known:
-            raise EnvelopeError(f"tenant {reg.tenant!r} does not exist")
+    def _op(self, msg: Message, reg: Registration, now_ms: int) -> Op:
         check_version(reg.version)
         source = (msg.partition() or 0, msg.offset() or 0)
         if reg.op == RegistrationOp.UPSERT:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tickwheel.domain import Quota
 from tickwheel.registry_api.errors import too_large
-from tickwheel.registry_api.intake import BatchReport
+from tickwheel.registry_api.intake import BatchReport, RejectKind
 from tickwheel.registry_api.state import CHANGING, Outcome
 
 # The request log's logger keeps the name docs/API.md gives it.
@@ -23,6 +24,7 @@ log = logging.getLogger("tickwheel.registry_api.http")
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 INTAKE_RESULTS = ("applied", "rejected")  # a registration ends one or the other (DESIGN I7)
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+BATCH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class Metrics:
@@ -59,11 +61,49 @@ class Metrics:
         )
         for result in INTAKE_RESULTS:
             self.intake.labels(result)
+        self.intake_rejections = Counter(
+            "tickwheel_registry_intake_rejections",
+            "Kafka registrations the intake rejected, by reason (a word; the rejected topic "
+            "has the sentence)",
+            ("reason",),
+            registry=self.registry,
+        )
+        for kind in RejectKind:
+            self.intake_rejections.labels(kind.value)
+        self.intake_lag = Gauge(
+            "tickwheel_registry_intake_lag",
+            "Registrations between the intake's last batch of a partition and its end",
+            ("partition",),
+            registry=self.registry,
+        )
+        self.intake_batch_seconds = Histogram(
+            "tickwheel_registry_intake_batch_duration_seconds",
+            "Seconds from an intake batch's transaction to its offsets stored",
+            buckets=BATCH_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.quota_refusals = Counter(
+            "tickwheel_registry_quota_refusals",
+            "Registrations a tenant's quota refused (HTTP 429 or a rejection), by tenant and quota",
+            ("tenant", "quota"),
+            registry=self.registry,
+        )
 
     def intake_batch(self, report: BatchReport) -> None:
         """Count one settled intake batch (the intake's `on_batch`)."""
         self.intake.labels("rejected").inc(report.rejected)
         self.intake.labels("applied").inc(report.messages - report.rejected)
+        for reason, count in report.reasons.items():
+            self.intake_rejections.labels(reason).inc(count)
+        for (tenant, quota), count in report.refusals.items():
+            self.quota_refusals.labels(tenant, quota).inc(count)
+        for partition, lag in report.lag.items():
+            self.intake_lag.labels(str(partition)).set(lag)
+        self.intake_batch_seconds.observe(report.duration_s)
+
+    def refused(self, tenant: str, quota: Quota) -> None:
+        """Count one HTTP request a tenant's quota refused."""
+        self.quota_refusals.labels(tenant, quota.value).inc()
 
     def changed(self, outcome: Outcome) -> None:
         if outcome.changed:

@@ -19,6 +19,7 @@ from tickwheel.wire.responses import (
     KindValue,
     OriginValue,
     PartHealth,
+    QuotaErrorBody,
     Run,
     RunPage,
     RunStatusValue,
@@ -39,6 +40,7 @@ __all__ = [
     "KindValue",
     "OriginValue",
     "PartHealth",
+    "QuotaErrorBody",
     "Run",
     "RunPage",
     "RunStatusValue",
@@ -57,6 +59,10 @@ def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
         409: {"model": ErrorBody, "description": "the job's state does not allow this"},
         413: {"model": ErrorBody, "description": "request body too large"},
         422: {"model": ValidationErrorBody, "description": "invalid input, field by field"},
+        429: {
+            "model": QuotaErrorBody,
+            "description": "a quota of the tenant refused it (Retry-After says when to retry)",
+        },
         503: {"model": ErrorBody, "description": "the database is unavailable"},
     }
     return {code: described[code] for code in codes}

@@ -42,6 +42,7 @@ from tickwheel.registry_api.errors import (
     conflict,
     invalid,
     not_found,
+    over_quota,
 )
 from tickwheel.registry_api.models import (
     BackfillAccepted,
@@ -89,8 +90,17 @@ jobs = APIRouter(route_class=authenticated_first(authenticate_request))
 operations = APIRouter(route_class=authenticated_first(authenticate_request))
 
 
-async def _apply_one(ctx: Registry, op: Op) -> Outcome:
+async def _applied(ctx: Registry, op: Op) -> Applied:
+    """Apply one op; 429 when one of the tenant's quotas refuses it."""
     [applied] = await ctx.store.apply([op])
+    if applied.quota is not None:
+        ctx.metrics.refused(op.tenant, applied.quota.quota)
+        raise over_quota(applied.quota)
+    return applied
+
+
+async def _apply_one(ctx: Registry, op: Op) -> Outcome:
+    applied = await _applied(ctx, op)
     ctx.metrics.changed(applied.outcome)
     return applied.outcome
 
@@ -120,7 +130,7 @@ def _job_response(
     responses={
         200: {"model": Job, "description": "existing job, unchanged or updated"},
         201: {"model": Job, "description": "job created"},
-        **responses(401, 409, 413, 422, 503),
+        **responses(401, 409, 413, 422, 429, 503),
     },
 )
 async def upsert_job(doc: JobDocument, tenant: Tenant, ctx: Ctx) -> Response:
@@ -206,7 +216,7 @@ async def preview_job(
     response_model=Job,
     tags=["jobs"],
     summary="Change a job with a JSON merge patch (RFC 7386)",
-    responses=responses(401, 404, 409, 413, 422, 503),
+    responses=responses(401, 404, 409, 413, 422, 429, 503),
 )
 async def patch_job(
     job_id: JobIdPath,
@@ -256,7 +266,7 @@ async def patch_job(
     tags=["jobs"],
     summary="Delete a job",
     response_class=Response,
-    responses={204: {"description": "deleted"}, **responses(401, 404, 422, 503)},
+    responses={204: {"description": "deleted"}, **responses(401, 404, 422, 429, 503)},
 )
 async def delete_job(job_id: JobIdPath, tenant: Tenant, ctx: Ctx) -> Response:
     if await _apply_one(ctx, Op(RegistrationOp.DELETE, tenant, job_id)) is Outcome.NOT_FOUND:
@@ -280,7 +290,7 @@ async def _pause_or_resume(
     response_model=Job,
     tags=["jobs"],
     summary="Pause a job (idempotent)",
-    responses=responses(401, 404, 409, 422, 503),
+    responses=responses(401, 404, 409, 422, 429, 503),
 )
 async def pause_job(job_id: JobIdPath, tenant: Tenant, ctx: Ctx) -> Response:
     return await _pause_or_resume(ctx, RegistrationOp.PAUSE, job_id, tenant)
@@ -291,7 +301,7 @@ async def pause_job(job_id: JobIdPath, tenant: Tenant, ctx: Ctx) -> Response:
     response_model=Job,
     tags=["jobs"],
     summary="Resume a paused job (idempotent)",
-    responses=responses(401, 404, 409, 422, 503),
+    responses=responses(401, 404, 409, 422, 429, 503),
 )
 async def resume_job(job_id: JobIdPath, tenant: Tenant, ctx: Ctx) -> Response:
     return await _pause_or_resume(ctx, RegistrationOp.RESUME, job_id, tenant)
@@ -299,7 +309,7 @@ async def resume_job(job_id: JobIdPath, tenant: Tenant, ctx: Ctx) -> Response:
 
 async def _start(ctx: Registry, op: Op, action: str) -> Applied:
     """Apply a trigger or backfill; 404 / 409 as for the job's other operations."""
-    [applied] = await ctx.store.apply([op])
+    applied = await _applied(ctx, op)
     if applied.outcome is Outcome.NOT_FOUND:
         raise not_found(op.job_id)
     if applied.outcome is Outcome.CONFLICT:
@@ -313,7 +323,7 @@ async def _start(ctx: Registry, op: Op, action: str) -> Applied:
     status_code=202,
     tags=["runs"],
     summary="Run the job once now, outside its schedule (paused jobs too)",
-    responses=responses(401, 404, 409, 422, 503),
+    responses=responses(401, 404, 409, 422, 429, 503),
 )
 async def trigger_job(
     job_id: JobIdPath,
@@ -346,7 +356,7 @@ async def trigger_job(
     status_code=202,
     tags=["runs"],
     summary="Run every past occurrence of the job's schedule in [from, to) that has no run",
-    responses=responses(401, 404, 409, 422, 503),
+    responses=responses(401, 404, 409, 422, 429, 503),
     openapi_extra={
         "requestBody": {
             "required": True,

@@ -123,9 +123,20 @@ async def run_http(server: uvicorn.Server, stop: asyncio.Event) -> None:
 
 
 async def serve(
-    settings: Settings, host: str, port: int, *, http: bool = True, intake: bool = True
+    settings: Settings,
+    host: str,
+    port: int,
+    *,
+    http: bool = True,
+    intake: bool = True,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> int:
-    """Run until SIGINT/SIGTERM or a part's death; return the process's exit code."""
+    """Run until SIGINT/SIGTERM or a part's death; return the process's exit code.
+
+    The metrics are served at the HTTP API's `/metrics`; `metrics_port` serves them on a
+    listener of their own too (`--metrics-port`), which is how a registry that runs only the
+    intake (`--no-http`) exports the intake's."""
     tune_gc()
     process = Process("registry")
     # A registry frozen inside a batch's transaction (GC, SIGSTOP) would hold its jobs' rows
@@ -140,6 +151,15 @@ async def serve(
     process.on_close(pool.close)
     store = RegistryStore(pool, settings.shards, runs=run_limits_of(settings))
     metrics = Metrics()  # the HTTP part serves them; the intake counts into them too
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        server, _ = start_http_server(metrics_port, addr=metrics_host, registry=metrics.registry)
+
+        async def close_metrics() -> None:
+            await asyncio.to_thread(server.shutdown)
+
+        process.on_close(close_metrics)
     if intake:
         taker = make_intake(store, settings, health=process.state("intake"))
         taker.on_batch = metrics.intake_batch
@@ -150,7 +170,16 @@ async def serve(
 
         app = create_app(store, limits_of(settings), parts=process.health, metrics=metrics)
         process.spawn("http", run_http(http_server(app, host, port), process.stop))
-    log.info("registry started", extra={"host": host, "port": port, "http": http, "intake": intake})
+    log.info(
+        "registry started",
+        extra={
+            "host": host,
+            "port": port,
+            "http": http,
+            "intake": intake,
+            "metrics_port": metrics_port,
+        },
+    )
     code = await process.run()
     log.info("registry stopped", extra={"exit_code": code})
     return code

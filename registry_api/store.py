@@ -12,6 +12,13 @@ batch, and inside the transaction the two run one after the other. So the intake
 batch ahead, on its validation thread while the previous batch is in the database, as if none
 of its jobs existed (`plan_new`); the transaction uses that plan only if its lock query finds
 none of them, and folds as above otherwise (docs/BENCHMARKS.md, registration intake).
+
+The tenants' quotas (quotas.py) are decided in the same fold and transaction: after the jobs'
+rows, the batch locks the quota rows of its tenants that have a quota (`tenant_quotas_lock`),
+refuses each operation over a quota (outcome `refused`, `Applied.quota` says which), and ends
+with one statement writing every tenant's changed job counter and rate state
+(`tenant_usage_write`). A batch whose tenants have no quota costs one more statement (the lock
+query, answering nothing) and, when it creates or deletes jobs, the counter's write.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import asyncpg
 import orjson
 
 from tickwheel.clock import now_ms
-from tickwheel.domain import run_key
+from tickwheel.domain import JobStatus, run_key
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api import on_demand
 from tickwheel.registry_api.document import JobSpec, spec_from_stored
@@ -41,6 +48,7 @@ from tickwheel.registry_api.on_demand import (
     Triggered,
     TriggerRequest,
 )
+from tickwheel.registry_api.quotas import Budget, QuotaRefusal, TenantQuotas
 from tickwheel.registry_api.state import Op, Outcome, StoredJob, apply
 from tickwheel.signatures import PREFIX_CHARS, key_digest
 
@@ -56,6 +64,8 @@ API_KEY_PREFIX = "tw_"
 API_KEY_SHOWN_CHARS = PREFIX_CHARS  # leading characters of a key stored in clear, to name it
 PAGE_LIMIT_MAX = 500
 _ON_DEMAND = (Outcome.TRIGGERED, Outcome.BACKFILLED)
+# The quota columns of `tenants`, in the parameter order of `tenant_quota_set`.
+QUOTA_COLUMNS = ("max_jobs", "max_registrations_per_s", "registrations_burst")
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,7 @@ class Applied:
     job: StoredJob | None
     started: Triggered | Backfilled | None = None  # what a trigger or backfill did
     problem: BackfillRefused | None = None  # why a backfill was refused (outcome REFUSED)
+    quota: QuotaRefusal | None = None  # the tenant's quota that refused it (outcome REFUSED)
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,7 @@ class NewJobsPlan:
     now: int  # ms: the instant the fold used
     results: list[Applied]
     records: list[tuple[Any, ...]]
+    usage: list[tuple[str, int, int | None]]  # the job counters' changes (Budget.changes)
 
 
 @dataclass(frozen=True)
@@ -137,6 +149,22 @@ def _stored_job(row: asyncpg.Record) -> StoredJob:
         row["intake_partition"],
         row["intake_offset"],
     )
+
+
+def _quotas(row: asyncpg.Record) -> TenantQuotas:
+    return TenantQuotas(
+        row["tenant"],
+        row["max_jobs"],
+        row["jobs"],
+        row["max_registrations_per_s"],
+        row["registrations_burst"],
+        row["registrations_tat_us"],
+    )
+
+
+def _registered(job: StoredJob | None) -> bool:
+    """Whether a job counts against its tenant's job quota (any row not deleted)."""
+    return job is not None and job.status != JobStatus.DELETED
 
 
 def _json_text(value: Any) -> str | None:
@@ -209,29 +237,58 @@ class RegistryStore:
         of new registrations), so the fold and the COPY rows are off the transaction's path.
         """
         state: dict[tuple[str, str], StoredJob] = {}
+        budget = Budget((), 0)  # no quota: the transaction folds again if a tenant has one
+        results = self._fold_into(state, ops, now, budget)
+        records = [_row_tuple(job, self._spec_of(job), None) for job in state.values()]
+        return NewJobsPlan(now, results, records, budget.changes())
+
+    def _fold_into(
+        self,
+        state: dict[tuple[str, str], StoredJob],
+        ops: Sequence[Op],
+        now: int,
+        budget: Budget,
+    ) -> list[Applied]:
+        """Fold `ops` in order over `state` (changed in place), each one that is no replay
+        first admitted by the tenants' quotas: one refused changes nothing."""
         results = []
         for op in ops:
-            new, outcome = apply(state.get(op.key), op, now, resume_from=self._spec_of)
+            key = op.key
+            before = state.get(key)
+            new, outcome = apply(before, op, now, resume_from=self._spec_of)
+            if outcome is not Outcome.REPLAY:
+                changes = outcome.changed and _registered(new) != _registered(before)
+                delta = (1 if _registered(new) else -1) if changes else 0
+                refused = budget.admit(op.tenant, op.job_id, delta)
+                if refused is not None:
+                    results.append(Applied(op, Outcome.REFUSED, before, quota=refused))
+                    continue
             if outcome.changed and new is not None:
-                state[op.key] = new
+                state[key] = new
             results.append(Applied(op, outcome, new))
-        records = [_row_tuple(job, self._spec_of(job), None) for job in state.values()]
-        return NewJobsPlan(now, results, records)
+        return results
 
     async def apply(
-        self, ops: Sequence[Op], plan: NewJobsPlan | None = None, *, dry_run: bool = False
+        self,
+        ops: Sequence[Op],
+        plan: NewJobsPlan | None = None,
+        *,
+        dry_run: bool = False,
+        quotas: bool = True,
     ) -> list[Applied]:
         """Apply `ops` in order in one transaction; returns one `Applied` per op.
 
-        `plan`, from `plan_new(ops, …)`, is used only if none of the jobs exists.
-        `dry_run`: do everything, then roll back — the results say what would have happened
-        (`tickwheel jobs backfill --dry-run`). Backfills are counted first, outside the
-        transaction (`_count_backfills`); one refused then never enters it."""
+        `plan`, from `plan_new(ops, …)`, is used only if none of the jobs exists and none of
+        the tenants has a quota. `dry_run`: do everything, then roll back — the results say
+        what would have happened (`tickwheel jobs backfill --dry-run`). `quotas=False`: an
+        operator's change, which the tenants' quotas do not refuse (their job counters still
+        move). Backfills are counted first, outside the transaction (`_count_backfills`); one
+        refused then never enters it."""
         counted = await self._count_backfills(ops)
         todo = [item for item in counted if isinstance(item, Op)]
         if len(todo) < len(ops):
             plan = None  # a refused backfill's job exists: the plan would not be used anyway
-        done = iter(await self._apply_counted(todo, plan, dry_run) if todo else [])
+        done = iter(await self._apply_counted(todo, plan, dry_run, quotas) if todo else [])
         return [item if isinstance(item, Applied) else next(done) for item in counted]
 
     async def _count_backfills(self, ops: Sequence[Op]) -> list[Op | Applied]:
@@ -292,11 +349,11 @@ class RegistryStore:
         )
 
     async def _apply_counted(
-        self, ops: Sequence[Op], plan: NewJobsPlan | None, dry_run: bool
+        self, ops: Sequence[Op], plan: NewJobsPlan | None, dry_run: bool, quotas: bool
     ) -> list[Applied]:
         for attempt in range(WRITE_RETRIES):
             try:
-                return await self._apply_once(ops, plan, dry_run)
+                return await self._apply_once(ops, plan, dry_run, quotas)
             except _DryRun as done:
                 return done.results
             except _ConcurrentCreate:
@@ -306,7 +363,11 @@ class RegistryStore:
         raise AssertionError("unreachable")
 
     async def _apply_once(
-        self, ops: Sequence[Op], plan: NewJobsPlan | None = None, dry_run: bool = False
+        self,
+        ops: Sequence[Op],
+        plan: NewJobsPlan | None = None,
+        dry_run: bool = False,
+        quotas: bool = True,
     ) -> list[Applied]:
         keys = list(dict.fromkeys(op.key for op in ops))
         now = plan.now if plan is not None else self.clock()
@@ -314,10 +375,16 @@ class RegistryStore:
             rows = await conn.fetch(
                 QUERIES["jobs_lock_batch"], [k[0] for k in keys], [k[1] for k in keys]
             )
-            if plan is not None and not rows:
-                results, records = list(plan.results), plan.records
+            limited = []
+            if quotas:
+                tenants = sorted({op.tenant for op in ops})
+                limited = await conn.fetch(QUERIES["tenant_quotas_lock"], tenants)
+            if plan is not None and not rows and not limited:
+                results, records, usage = list(plan.results), plan.records, plan.usage
             else:
-                results, records = self._fold(ops, rows, now)
+                budget = Budget(map(_quotas, limited), limited[0]["now_us"] if limited else 0)
+                results, records = self._fold(ops, rows, now, budget)
+                usage = budget.changes()
             if records:
                 await conn.execute(QUERIES["jobs_stage_create"])
                 await conn.copy_records_to_table("jobs_stage", records=records)
@@ -327,23 +394,24 @@ class RegistryStore:
             # Runs on demand last: a job created earlier in this batch exists by now.
             if any(a.outcome in _ON_DEMAND for a in results):
                 results = [await self._start_runs(conn, a) for a in results]
+            if usage:  # last: a tenant without a quota holds its counter's row only to commit
+                await conn.execute(
+                    QUERIES["tenant_usage_write"],
+                    [u[0] for u in usage],
+                    [u[1] for u in usage],
+                    [u[2] for u in usage],
+                )
             if dry_run:
                 raise _DryRun(results)
         return results
 
     def _fold(
-        self, ops: Sequence[Op], rows: Sequence[asyncpg.Record], now: int
+        self, ops: Sequence[Op], rows: Sequence[asyncpg.Record], now: int, budget: Budget
     ) -> tuple[list[Applied], list[tuple[Any, ...]]]:
         """The batch's ops folded over its locked rows: results, and the COPY rows to write."""
         loaded = {(r["tenant"], r["job_id"]): _stored_job(r) for r in rows}
         state: dict[tuple[str, str], StoredJob] = dict(loaded)
-        results = []
-        for op in ops:
-            key = op.key
-            new, outcome = apply(state.get(key), op, now, resume_from=self._spec_of)
-            if outcome.changed and new is not None:
-                state[key] = new
-            results.append(Applied(op, outcome, new))
+        results = self._fold_into(state, ops, now, budget)
         records = [
             _row_tuple(job, self._spec_of(job), loaded[key].version if key in loaded else None)
             for key, job in state.items()
@@ -450,6 +518,38 @@ class RegistryStore:
             shown = api_key[:API_KEY_SHOWN_CHARS]
             await conn.execute(QUERIES["api_key_insert"], hash_key(api_key), shown, name)
         return api_key
+
+    async def tenants(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Tenants (or the one named) with their quotas, registered jobs and active keys."""
+        rows = await self.pool.fetch(QUERIES["tenants_list"], name)
+        return [
+            {
+                "tenant": r["name"],
+                "created_at": r["created_at"].isoformat(),
+                "jobs": r["jobs"],
+                "active_keys": r["active_keys"],
+                "max_jobs": r["max_jobs"],
+                "max_registrations_per_s": r["max_registrations_per_s"],
+                "registrations_burst": r["registrations_burst"],
+            }
+            for r in rows
+        ]
+
+    async def set_quotas(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Set some of a tenant's quotas (`max_jobs`, `max_registrations_per_s`,
+        `registrations_burst`; None lifts one); KeyError when there is no such tenant. Setting
+        `max_jobs` sets the tenant's job counter to the truth first (one count of its jobs)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(QUERIES["tenant_quota_row"], name)
+            if row is None:
+                raise KeyError(name)
+            quotas = {key: row[key] for key in QUOTA_COLUMNS} | changes
+            await conn.execute(QUERIES["tenant_quota_set"], name, *quotas.values())
+            if "max_jobs" in changes:
+                await conn.fetchval(QUERIES["tenant_usage_lock"], name)
+                await conn.fetchval(QUERIES["tenant_jobs_recount"], name)
+        [view] = await self.tenants(name)
+        return view
 
     async def revoke_key(self, prefix_or_key: str) -> tuple[str, str]:
         """Revoke the active key given whole, or named by its printed prefix (the first

@@ -66,9 +66,10 @@ class Settings(BaseSettings):
         2000, ge=1, le=100_000, description="registrations applied per database transaction"
     )
     intake_require_signature: bool = Field(
-        False,
-        description="reject registrations from Kafka that are not signed with an API key of "
-        "their tenant (header tickwheel-signature)",
+        True,
+        description="reject registrations from Kafka that are not signed (form 2) with an API "
+        "key of their tenant (header tickwheel-signature); false only where the topic's "
+        "producers are trusted (Kafka ACLs)",
     )
     intake_signature_window_s: int = Field(
         86_400,

@@ -150,6 +150,13 @@ class RunOrigin(StrEnum):
     REPLAY = "replay"
 
 
+class Quota(StrEnum):
+    """A tenant's quota on registrations (`tenants.<name>`; registry_api/quotas.py)."""
+
+    MAX_JOBS = "max_jobs"  # jobs registered at once
+    MAX_REGISTRATIONS_PER_S = "max_registrations_per_s"  # registrations per second (+ burst)
+
+
 def literal_of(members: Iterable[StrEnum]) -> Any:
     """`Literal["a", "b", …]` of these members' values, for pydantic models and FastAPI
     parameters: the OpenAPI schema and the error messages stay those of a literal (an enum

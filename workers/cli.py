@@ -7,6 +7,18 @@ import sys
 import click
 
 
+def reserved_slots_problem(reserved: int, concurrency: int) -> str | None:
+    """Why the high-priority reservation cannot work with this concurrency, or None: reserving
+    every slot (or more) would leave normal and low runs none, so they would never run."""
+    if reserved >= concurrency:
+        return (
+            f"TICKWHEEL_WORKER_HIGH_RESERVED_SLOTS ({reserved}) must be less than the "
+            f"worker's concurrency ({concurrency}), else normal and low priority runs never "
+            "get a slot"
+        )
+    return None
+
+
 @click.command("worker")
 @click.option(
     "--handlers",
@@ -24,11 +36,22 @@ import click
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
-    help="Serve Prometheus metrics on 127.0.0.1:PORT.",
+    help="Serve Prometheus metrics on PORT (of --metrics-host).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics listener binds; 0.0.0.0 (every interface) lets a Prometheus "
+    "on another host scrape it.",
 )
 @click.option("--id", "worker_id", default=None, help="Worker id (default: host-pid-random).")
 def worker(
-    modules: str, concurrency: int | None, metrics_port: int | None, worker_id: str | None
+    modules: str,
+    concurrency: int | None,
+    metrics_port: int | None,
+    metrics_host: str,
+    worker_id: str | None,
 ) -> None:
     """Execute runs from the run topics until SIGTERM/SIGINT."""
     import asyncpg
@@ -44,10 +67,17 @@ def worker(
         load_modules(names)
     except HandlerLoadError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
-    logs.setup()
     s = settings()
+    problem = reserved_slots_problem(
+        s.worker_high_reserved_slots, concurrency or s.worker_concurrency
+    )
+    if problem is not None:
+        fail(problem, EXIT_BAD_INPUT)
+    logs.setup()
     try:
-        code = uvloop.run(serve(s, worker_id or default_worker_id(), concurrency, metrics_port))
+        code = uvloop.run(
+            serve(s, worker_id or default_worker_id(), concurrency, metrics_port, metrics_host)
+        )
     except (OSError, asyncpg.PostgresError, asyncpg.ClientConfigurationError) as exc:
         startup_failed("worker", s, exc)
     sys.exit(code)

@@ -470,6 +470,7 @@ async def serve(
     worker_id: str,
     concurrency: int | None = None,
     metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> int:
     """Run one worker until SIGTERM/SIGINT (exit 0) or a part's death (exit 1)."""
     from tickwheel import db
@@ -480,7 +481,7 @@ async def serve(
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
-        start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.registry)
+        start_http_server(metrics_port, addr=metrics_host, registry=metrics.registry)
     size = (concurrency or settings.worker_concurrency) + 4
     pool = await db.create_pool(
         settings.effective_dsn,

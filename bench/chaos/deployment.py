@@ -162,6 +162,7 @@ class Deployment:
                 "TICKWHEEL_SCHEDULER_DB_CONNECTIONS": "4",
                 "TICKWHEEL_WORKER_GRACE_S": "2",
                 "TICKWHEEL_WORKER_CONCURRENCY": "16",
+                "TICKWHEEL_INTAKE_REQUIRE_SIGNATURE": "false",  # its only producer: us, unsigned
                 DIR_ENV: str(self.root),
             }
         )

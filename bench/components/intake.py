@@ -98,7 +98,12 @@ async def _one_run(dsn: str, kafka: str, count: int, batch: int) -> dict[str, An
         store = RegistryStore(pool, shards=64)
         tenant = "bench"
         settings = load_settings(
-            dsn=bench_dsn, kafka=kafka, topic_prefix=topics.prefix, intake_batch=batch, shards=64
+            dsn=bench_dsn,
+            kafka=kafka,
+            topic_prefix=topics.prefix,
+            intake_batch=batch,
+            shards=64,
+            intake_require_signature=False,  # its only producer: us, unsigned
         )
         tune_gc()  # as `tickwheel registry` does at start
         intake = make_intake(store, settings)
@@ -154,6 +159,7 @@ async def _processes_run(
                 "TICKWHEEL_KAFKA": kafka,
                 "TICKWHEEL_TOPIC_PREFIX": topics.prefix,
                 "TICKWHEEL_INTAKE_BATCH": str(batch),
+                "TICKWHEEL_INTAKE_REQUIRE_SIGNATURE": "false",  # its only producer: us, unsigned
             }
             exe = str(Path(sys.executable).parent / "tickwheel")
             started = time.perf_counter()

@@ -94,6 +94,7 @@ async def one_run(mode: str, processes: int, count: int, logs: Path) -> dict[str
                 _produce(kafka, topics.registrations, count)
             env = {**os.environ, "TICKWHEEL_DSN": database.dsn, "TICKWHEEL_KAFKA": kafka}
             env["TICKWHEEL_TOPIC_PREFIX"] = topics.prefix
+            env["TICKWHEEL_INTAKE_REQUIRE_SIGNATURE"] = "false"  # its only producer: us, unsigned
             exe = str(Path(sys.executable).parent / "tickwheel")
             paths = [logs / f"{mode}-{k}.log" for k in range(processes)]
             spawned = time.time()

@@ -25,6 +25,7 @@ from tickwheel.bench.handlers import DIR_ENV, EXECUTIONS_FILE, FIXED_FILE
 from tickwheel.bench.ledger import Execution, RunRow, read_executions
 from tickwheel.bench.supervisor import Supervisor, free_ports, tickwheel_command
 from tickwheel.config import Settings
+from tickwheel.signatures import sign
 from tickwheel.topics import Topics
 
 # httpx, rich and the Kafka client are imported when the demo runs.
@@ -87,6 +88,7 @@ class Demo:
         self.folder = Path()
         self.base = ""
         self.auth: dict[str, str] = {}
+        self.api_key = ""  # the tenant's, which signs its Kafka registrations
 
     # --- 1, 2: database, topics, processes ---------------------------------------------------
 
@@ -224,6 +226,7 @@ class Demo:
         )
         api_key = out.stdout.strip().splitlines()[-1]
         self.auth = {"Authorization": f"Bearer {api_key}"}
+        self.api_key = api_key
         self.say(f"3. created tenant {self.tenant} (API key {api_key[:10]}…)")
         job = {
             "id": "invoice-42",
@@ -239,11 +242,8 @@ class Demo:
         )
         prod = producer(self.settings.effective_kafka)
         kafka_job = {"id": "nightly-report", "schedule": "H 2 * * *", "handler": "demo.record"}
-        prod.produce(
-            self.topics.registrations,
-            key=b"nightly-report",
-            value=orjson.dumps({"op": "upsert", "tenant": self.tenant, "job": kafka_job}),
-        )
+        upsert = {"op": "upsert", "tenant": self.tenant, "job": kafka_job}
+        self._produce(prod, b"nightly-report", upsert)
         bad = orjson.dumps(
             {
                 "op": "upsert",
@@ -251,7 +251,7 @@ class Demo:
                 "job": {"id": "broken", "schedule": "every day", "handler": "x"},
             }
         )
-        prod.produce(self.topics.registrations, key=b"broken", value=bad)
+        self._produce_value(prod, b"broken", bad)
         prod.flush(10)
         self.say("5. produced two registrations to Kafka: one valid, one with a bad schedule")
 
@@ -269,6 +269,15 @@ class Demo:
         self.say(f"7. rejected onto {self.topics.rejected}: {reason}")
         listing = httpx.get(f"{self.base}/v1/jobs", headers=self.auth, timeout=5).json()
         self.say(f"8. GET /v1/jobs lists {[j['id'] for j in listing['items']]}")
+
+    def _produce(self, prod: Any, key: bytes, body: dict[str, Any]) -> None:
+        self._produce_value(prod, key, orjson.dumps(body))
+
+    def _produce_value(self, prod: Any, key: bytes, value: bytes) -> None:
+        """One registration, signed with the tenant's key (form 2) as a service signs it: the
+        registry takes only signed ones by default."""
+        topic = self.topics.registrations
+        prod.produce(topic, key=key, value=value, headers=[sign(value, self.api_key, topic=topic)])
 
     def _post(self, doc: dict[str, Any]) -> Any:
         import httpx
@@ -336,10 +345,8 @@ class Demo:
             for n in range(self.opts.hot)
         ]
         for doc in kafka_jobs:
-            prod.produce(
-                self.topics.registrations,
-                key=doc["id"].encode(),
-                value=orjson.dumps({"op": "upsert", "tenant": self.tenant, "job": doc}),
+            self._produce(
+                prod, doc["id"].encode(), {"op": "upsert", "tenant": self.tenant, "job": doc}
             )
             prod.poll(0)
             self.registered[doc["id"]] = Registered(doc, _ms_of(doc["at"]))

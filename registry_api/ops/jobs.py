@@ -108,7 +108,7 @@ async def change_job(
     its state does not allow the change (a completed one-off cannot be paused).
     """
     key = job_key(tenant, job_id)
-    [applied] = await store.apply([Op(CHANGES[command].value, tenant, job_id)])
+    [applied] = await store.apply([Op(CHANGES[command].value, tenant, job_id)], quotas=False)
     if applied.outcome == Outcome.NOT_FOUND:
         raise BadInput(f"no job {key} (JOB is <tenant>/<job_id>; deleted jobs are gone)")
     job = applied.job
@@ -145,7 +145,7 @@ async def trigger_job(
     """One run of the job now, through the registry (paused jobs too); BadInput when the job
     does not exist or is a completed one-off."""
     op = Op(RegistrationOp.TRIGGER, tenant, job_id, request=TriggerRequest(idempotency_key))
-    [applied] = await store.apply([op])
+    [applied] = await store.apply([op], quotas=False)
     _refused(applied, "trigger")
     started = applied.started
     assert isinstance(started, Triggered)
@@ -163,7 +163,7 @@ async def backfill_job(
     """The runs of the job's occurrences in the window that have none yet, through the
     registry; a dry run rolls its transaction back and says what it would have created."""
     op = Op(RegistrationOp.BACKFILL, tenant, job_id, request=window)
-    [applied] = await store.apply([op], dry_run=dry_run)
+    [applied] = await store.apply([op], dry_run=dry_run, quotas=False)
     _refused(applied, "backfill")
     done = applied.started
     assert isinstance(done, Backfilled)

@@ -145,8 +145,16 @@ async def test_an_oversize_backfill_on_kafka_is_rejected_holding_no_lock_or_conn
     tenant, other = f"a{uuid.uuid4().hex[:10]}", f"b{uuid.uuid4().hex[:10]}"
     await store.create_tenant(tenant)
     await store.create_tenant(other)
+    # Signatures off, said explicitly: this test is about what a backfill's count costs, not about
+    # who may produce; its registrations are unsigned (signatures: test_intake.py,
+    # test_intake_replays.py, with the default).
     settings = load_settings(
-        dsn=db_dsn, kafka=stack.kafka, zk=stack.zk, topic_prefix=topics.prefix, shards=SHARDS
+        dsn=db_dsn,
+        kafka=stack.kafka,
+        zk=stack.zk,
+        topic_prefix=topics.prefix,
+        shards=SHARDS,
+        intake_require_signature=False,
     )
     first = orjson.dumps({"op": "upsert", "tenant": tenant, "job": PER_SECOND})
     produce(stack.kafka, topics.registrations, [("hot", first)])

@@ -102,8 +102,8 @@ def start_registry(sched: SchedEnv, **extra_env: str) -> Deployment:
 
 @pytest.fixture
 def deployment(sched: SchedEnv) -> Deployment:
-    """A registry that takes only signed Kafka registrations."""
-    return start_registry(sched, TICKWHEEL_INTAKE_REQUIRE_SIGNATURE="true")
+    """A registry as deployed by default: it takes only signed Kafka registrations."""
+    return start_registry(sched)
 
 
 def _registrations_follow_their_schema(d: Deployment) -> int:

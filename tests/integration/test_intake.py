@@ -33,6 +33,11 @@ from .conftest import run_intake_until, stack_settings
 pytestmark = pytest.mark.integration
 
 TICKWHEEL = str(Path(sys.executable).parent / "tickwheel")
+# Signatures off, said explicitly: these tests are about the intake's batches, positions,
+# versions and crashes, not about who may produce, and their registrations are unsigned. The
+# signature tests below (and test_intake_replays.py) run with the default, which requires them.
+UNSIGNED: dict[str, Any] = {"intake_require_signature": False}
+UNSIGNED_ENV = {"TICKWHEEL_INTAKE_REQUIRE_SIGNATURE": "false"}
 
 
 def _job(job_id: str, schedule: str = "*/5 * * * *", **extra: Any) -> dict[str, Any]:
@@ -127,7 +132,7 @@ async def test_mixed_batch_lands_valid_and_rejects_invalid(
         ),
     ]
     produce(stack.kafka, topics.registrations, good[:25] + bad + good[25:])
-    settings = stack_settings(stack, db_dsn, topics)
+    settings = stack_settings(stack, db_dsn, topics, **UNSIGNED)
     total = len(good) + len(bad)
 
     await run_intake_until(settings, store, total)
@@ -180,7 +185,7 @@ async def test_per_job_order_and_versions(
         ("gone", _op("delete", tenant, "gone")),
     ]
     produce(stack.kafka, topics.registrations, messages)
-    settings = stack_settings(stack, db_dsn, topics)
+    settings = stack_settings(stack, db_dsn, topics, **UNSIGNED)
 
     await run_intake_until(settings, store, len(messages))
     jobs = await _jobs(db_dsn, tenant)
@@ -224,6 +229,7 @@ async def test_crash_before_offsets_loses_nothing_and_applies_nothing_twice(
         "TICKWHEEL_TOPIC_PREFIX": topics.prefix,
         "TICKWHEEL_SHARDS": "16",
         "TICKWHEEL_KAFKA_SESSION_TIMEOUT_MS": "6000",
+        **UNSIGNED_ENV,
     }
     crashed = subprocess.run(
         [TICKWHEEL, "registry", "--no-http"],
@@ -299,7 +305,7 @@ async def test_a_batch_refused_by_the_database_rejects_only_the_culprit(
     messages = [(f"j{i}", _upsert(tenant, _job(f"j{i}"))) for i in range(5)]
     messages.insert(2, ("poison", _upsert(tenant, _job("poison"))))
     produce(stack.kafka, topics.registrations, messages)
-    settings = stack_settings(stack, db_dsn, topics)
+    settings = stack_settings(stack, db_dsn, topics, **UNSIGNED)
     poisoned = _PoisonedStore(store.pool, shards=16)
 
     await run_intake_until(settings, poisoned, len(messages))
@@ -324,7 +330,8 @@ async def test_signed_registrations_apply_only_under_an_active_key_of_their_tena
     store: RegistryStore,
     tenant_names: tuple[str, str],
 ) -> None:
-    """signatures required: a registration signed with a key of its tenant lands; unsigned,
+    """by default (signatures required): a registration signed with a key of its tenant lands;
+    unsigned,
     signed with another tenant's key, with a revoked key, over other bytes, or with a
     malformed header, it is rejected with its reason and stores nothing"""
     tenant, other = tenant_names
@@ -353,7 +360,7 @@ async def test_signed_registrations_apply_only_under_an_active_key_of_their_tena
         else:
             headers = _signed_by(signer, value, signed)
         produce(stack.kafka, topics.registrations, [(name, value)], headers)
-    settings = stack_settings(stack, db_dsn, topics, intake_require_signature=True)
+    settings = stack_settings(stack, db_dsn, topics)  # the default: signatures required
     await run_intake_until(settings, store, 1 + len(cases))
     assert set(await _jobs(db_dsn, tenant)) == {"good"}
     assert not await _jobs(db_dsn, gone)
@@ -375,8 +382,8 @@ async def test_unsigned_registrations_pass_when_signatures_are_not_required(
     store: RegistryStore,
     tenant_names: tuple[str, str],
 ) -> None:
-    """signatures not required (the default): an unsigned registration lands, a signed one is
-    still checked (another tenant's key is rejected)"""
+    """signatures turned off (TICKWHEEL_INTAKE_REQUIRE_SIGNATURE=false): an unsigned
+    registration lands, a signed one is still checked (another tenant's key is rejected)"""
     tenant, other = tenant_names
     await store.create_tenant(tenant)
     other_key = await store.create_tenant(other)
@@ -389,7 +396,7 @@ async def test_unsigned_registrations_pass_when_signatures_are_not_required(
         [("forged", forged)],
         _signed_by(other_key, forged, topics.registrations),
     )
-    settings = stack_settings(stack, db_dsn, topics)
+    settings = stack_settings(stack, db_dsn, topics, **UNSIGNED)
     await run_intake_until(settings, store, 2)
     assert set(await _jobs(db_dsn, tenant)) == {"plain"}
     (body,) = [orjson.loads(m.value()) for m in drain(stack.kafka, topics.rejected, expect=1)]

@@ -60,6 +60,9 @@ def registration(draw: st.DrawFn, tenant: str, job_id: str) -> bytes:
 
 @pytest.fixture
 def intake_settings(stack: Addresses, topics: Topics, db_dsn: str) -> Settings:
+    # Signatures off, said explicitly: the fuzzing is about what the intake makes of any bytes, not
+    # about who may produce; its registrations are unsigned (signatures: test_intake.py,
+    # test_intake_replays.py, with the default).
     return load_settings(
         dsn=db_dsn,
         kafka=stack.kafka,
@@ -67,6 +70,7 @@ def intake_settings(stack: Addresses, topics: Topics, db_dsn: str) -> Settings:
         topic_prefix=topics.prefix,
         shards=SHARDS,
         kafka_session_timeout_ms=6000,
+        intake_require_signature=False,
     )
 
 

@@ -106,6 +106,9 @@ async def _until(check: Callable[[], Awaitable[bool]], timeout_s: float, what: s
 
 @pytest.fixture
 def settings(stack: Addresses, topics: Topics, db_dsn: str) -> Settings:
+    # Signatures off, said explicitly: these tests are about poison messages and dying loops, not
+    # about who may produce; its registrations are unsigned (signatures: test_intake.py,
+    # test_intake_replays.py, with the default).
     return load_settings(
         dsn=db_dsn,
         kafka=stack.kafka,
@@ -113,6 +116,7 @@ def settings(stack: Addresses, topics: Topics, db_dsn: str) -> Settings:
         topic_prefix=topics.prefix,
         shards=SHARDS,
         kafka_session_timeout_ms=6000,
+        intake_require_signature=False,
     )
 
 
@@ -307,6 +311,7 @@ def _registry_env(settings: Settings) -> dict[str, str]:
         "TICKWHEEL_TOPIC_PREFIX": settings.topic_prefix,
         "TICKWHEEL_SHARDS": str(SHARDS),
         "TICKWHEEL_KAFKA_SESSION_TIMEOUT_MS": "6000",
+        "TICKWHEEL_INTAKE_REQUIRE_SIGNATURE": "false",  # as the settings fixture, and why
     }
 
 

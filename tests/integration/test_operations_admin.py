@@ -225,7 +225,8 @@ def test_runs_ls_and_show(db_dsn: str) -> None:
 
 
 def test_gc_drops_old_partitions_and_old_completed_one_offs(db_dsn: str) -> None:
-    """gc drops run history and completed one-offs older than the retention, keeps the rest"""
+    """gc drops run history and completed one-offs older than the retention, keeps the rest,
+    and takes the removed one-offs off their tenant's job counter"""
     tenant = f"t{uuid.uuid4().hex[:8]}"
     today = dt.datetime.now(dt.UTC).date()
 
@@ -310,6 +311,8 @@ def test_gc_drops_old_partitions_and_old_completed_one_offs(db_dsn: str) -> None
         _fetch(db_dsn, "SELECT job_id FROM jobs WHERE tenant = $1 ORDER BY 1", tenant)
     )
     assert [r["job_id"] for r in jobs] == ["cron", "once-3"]
+    counted = asyncio.run(_fetch(db_dsn, "SELECT jobs FROM tenant_usage WHERE tenant = $1", tenant))
+    assert [r["jobs"] for r in counted] == [2]  # the job quota's counter lost the one removed
     audit = asyncio.run(
         _fetch(
             db_dsn,

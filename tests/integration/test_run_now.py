@@ -374,10 +374,14 @@ async def test_kafka_trigger_and_backfill_ops_are_idempotent_under_redelivery(
     pool = await asyncpg.create_pool(sched.dsn, min_size=1, max_size=4)
     try:
         store = RegistryStore(pool, TEST_SHARDS)
-        await run_intake_until(sched.settings(), store, len(messages))
+        # Signatures off, said explicitly: this test is about runs on demand under redelivery, not
+        # about who may produce; its registrations are unsigned (signatures: test_intake.py,
+        # test_intake_replays.py, with the default).
+        unsigned = sched.settings(intake_require_signature=False)
+        await run_intake_until(unsigned, store, len(messages))
         first = await _run_rows(sched, "daily")
-        rewind_intake(sched.settings())
-        await run_intake_until(sched.settings(), store, len(messages))
+        rewind_intake(unsigned)
+        await run_intake_until(unsigned, store, len(messages))
         again = await _run_rows(sched, "daily")
     finally:
         await pool.close()

@@ -44,3 +44,29 @@ def test_bad_input_exits_2_before_connecting(args: list[str], words: str) -> Non
     assert result.exit_code == 2, result.output
     assert words in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "words"),
+    [
+        (["worker"], {"TICKWHEEL_WORKER_HIGH_RESERVED_SLOTS": "64"}, "HIGH_RESERVED_SLOTS (64)"),
+        (
+            ["worker", "--concurrency", "4"],
+            {"TICKWHEEL_WORKER_HIGH_RESERVED_SLOTS": "8"},
+            "concurrency (4)",
+        ),
+        (["tenant", "quota", "acme", "--max-jobs", "-1"], {}, "--max-jobs: must be an integer"),
+        (["tenant", "quota", "acme", "--max-jobs", "lots"], {}, "--max-jobs"),
+        (["tenant", "quota", "acme", "--max-registrations-per-s", "0"], {}, "at least 0.001"),
+        (["tenant", "quota", "acme", "--registrations-burst", "0"], {}, "at least 1"),
+    ],
+)
+def test_limits_that_cannot_work_exit_2_before_connecting(
+    args: list[str], env: dict[str, str], words: str
+) -> None:
+    """a worker whose high-priority reservation takes every slot (normal and low would never
+    run: it started before), and a quota out of range: exit 2 in one sentence naming it"""
+    result = CliRunner().invoke(main, args, env={**ENV, **env})
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+    assert "Traceback" not in result.output

@@ -160,6 +160,23 @@ def test_retry_after_is_honoured_and_bounded(monkeypatch: pytest.MonkeyPatch) ->
     assert len(too_long.requests) == 1
 
 
+def test_a_job_quota_refusal_is_reported_at_once_naming_the_quota() -> None:
+    """The registry's 429 for max_jobs (Retry-After 300, above the wait bound) raises
+    RateLimited at once, carrying the quota the body names; nothing is sent twice."""
+    body = {
+        "error": "quota_exceeded",
+        "quota": "max_jobs",
+        "detail": "quota max_jobs exceeded: …",
+        "retry_after_s": 300,
+    }
+    script = Script(ok(body, 429, **{"Retry-After": "300"}))
+    with pytest.raises(RateLimited) as raised:
+        client(script, RetryPolicy(attempts=3, jitter=lambda: 0.0)).pause("nightly")
+    assert raised.value.quota == "max_jobs"
+    assert raised.value.retry_after_s == 300
+    assert len(script.requests) == 1
+
+
 def test_a_422_carries_every_field_at_fault() -> None:
     """InvalidRequest has the slug and each field with its message; it is never retried."""
     detail = [

@@ -7,8 +7,10 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from tickwheel.schedule import (
+    MAX_CATCHUP_MIN,
     PLAN_LIMIT,
     REASON_MAX_CATCHUP,
     REASON_MISFIRE,
@@ -20,6 +22,7 @@ from tickwheel.schedule import (
     plan_misfire,
     validate_misfire,
 )
+from tickwheel.wire.job import Misfire
 
 pytestmark = pytest.mark.unit
 
@@ -90,11 +93,13 @@ def test_run_all_runs_oldest_first_up_to_max_catchup() -> None:
     assert plan.next_run_at == T0 + 10 * MINUTE_MS
 
 
-def test_run_all_with_zero_catchup_skips_every_misfire() -> None:
-    """max_catchup 0 makes run_all skip all misfires."""
-    plan = plan_misfire("run_all", 0, 0, T0, T0 + 2 * MINUTE_MS + 1, every(MINUTE_MS))
-    assert plan.run == []
-    assert [reason for _, reason in plan.skipped] == [REASON_MAX_CATCHUP] * 3
+def test_max_catchup_has_the_job_documents_range() -> None:
+    """the planner refuses max_catchup 0, as the job document does: one range, 1 to 1000"""
+    with pytest.raises(ScheduleError, match="from 1 to 1000"):
+        plan_misfire("run_all", 0, 0, T0, T0 + 2 * MINUTE_MS + 1, every(MINUTE_MS))
+    with pytest.raises(ValidationError):
+        Misfire(max_catchup=0)
+    assert Misfire(max_catchup=MAX_CATCHUP_MIN).max_catchup == 1
 
 
 @pytest.mark.parametrize(
@@ -192,7 +197,7 @@ def test_bad_settings_name_their_field(
     policy=st.sampled_from(["skip", "run_once", "run_all"]),
     period_ms=st.sampled_from([1_000, 15_000, 60_000, 3_600_000]),
     grace_ms=st.integers(0, 600_000),
-    max_catchup=st.integers(0, 20),
+    max_catchup=st.integers(MAX_CATCHUP_MIN, 20),
     late_ms=st.integers(0, 7_200_000),
 )
 def test_every_due_occurrence_is_run_or_skipped_exactly_once(

@@ -144,7 +144,10 @@ def decide_answer(
         wait = retry_after_s(retry_after)
         if more and wait is not None and wait <= policy.max_retry_after_s:
             return Retry(wait)
-        raise RateLimited(error.error, error.detail, wait) from None
+        body = _body(content)
+        quota = body.get("quota") if isinstance(body, dict) else None
+        quota = quota if isinstance(quota, str) else None
+        raise RateLimited(error.error, error.detail, wait, quota) from None
     if status >= 500 and call.idempotent and more:
         return Retry(policy.backoff_s(attempt))
     raise error

@@ -58,11 +58,15 @@ class TooLarge(TickwheelError):
 
 class RateLimited(TickwheelError):
     """429 whose Retry-After the client would not wait for (longer than its policy allows, or
-    the attempts are spent); `retry_after_s` is what the registry asked for."""
+    the attempts are spent); `retry_after_s` is what the registry asked for, `quota` the
+    tenant's quota that refused the request (`max_jobs`, `max_registrations_per_s`)."""
 
-    def __init__(self, error: str, detail: str, retry_after_s: float | None) -> None:
+    def __init__(
+        self, error: str, detail: str, retry_after_s: float | None, quota: str | None = None
+    ) -> None:
         super().__init__(429, error, detail)
         self.retry_after_s = retry_after_s
+        self.quota = quota
 
 
 class Unavailable(TickwheelError):

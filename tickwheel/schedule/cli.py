@@ -22,6 +22,7 @@ from tickwheel.schedule.misfire import (
     DEFAULT_GRACE_MS,
     DEFAULT_MAX_CATCHUP,
     MAX_CATCHUP_LIMIT,
+    MAX_CATCHUP_MIN,
     MisfirePolicy,
 )
 
@@ -102,7 +103,7 @@ def cron() -> None:
     "--max-catchup",
     default=DEFAULT_MAX_CATCHUP,
     show_default=True,
-    type=click.IntRange(1, MAX_CATCHUP_LIMIT),
+    type=click.IntRange(MAX_CATCHUP_MIN, MAX_CATCHUP_LIMIT),
     help="With --explain: the job's misfire.max_catchup.",
 )
 @click.pass_context

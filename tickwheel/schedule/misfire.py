@@ -32,6 +32,9 @@ from tickwheel.schedule.errors import ScheduleError, parse_choice
 
 DEFAULT_GRACE_MS = 60_000  # milliseconds
 DEFAULT_MAX_CATCHUP = 10  # runs
+# runs: max_catchup's one range, for the job document and this planner alike (docs/API.md);
+# a run_all job that may catch up none is a skip job.
+MAX_CATCHUP_MIN = 1
 MAX_CATCHUP_LIMIT = 1_000  # runs; the largest max_catchup a job may ask for
 PLAN_LIMIT = 1_000  # occurrences one plan lists one by one, separately for misfires and on-time
 
@@ -82,11 +85,12 @@ def validate_misfire(policy: object, grace_ms: object, max_catchup: object) -> M
     if (
         isinstance(max_catchup, bool)
         or not isinstance(max_catchup, int)
-        or not 0 <= max_catchup <= MAX_CATCHUP_LIMIT
+        or not MAX_CATCHUP_MIN <= max_catchup <= MAX_CATCHUP_LIMIT
     ):
         raise ScheduleError(
             "misfire.max_catchup",
-            f"misfire.max_catchup must be an integer from 0 to {MAX_CATCHUP_LIMIT}; "
+            f"misfire.max_catchup must be an integer from {MAX_CATCHUP_MIN} to "
+            f"{MAX_CATCHUP_LIMIT}; "
             f"got {max_catchup!r}.",
         )
     return mode

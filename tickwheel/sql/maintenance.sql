@@ -3,7 +3,10 @@
 
 -- gc_completed_once --
 -- Retention of one-off jobs: remove up to $2 completed ones whose instant and last change are
--- both older than $1. Called until it removes fewer than $2.
+-- both older than $1. Called until it removes fewer than $2. A completed one-off counts
+-- against its tenant's job quota until it is removed (migration 0012): each tenant's counter
+-- goes down by its jobs removed, in the same statement, its row locked in tenant order as
+-- the registry locks them.
 WITH doomed AS (
     SELECT j.tenant, j.job_id
     FROM jobs j
@@ -11,10 +14,23 @@ WITH doomed AS (
       AND j.run_at < $1::timestamptz AND j.updated_at < $1::timestamptz
     LIMIT $2
     FOR UPDATE OF j SKIP LOCKED
+), gone AS (
+    DELETE FROM jobs j USING doomed d
+    WHERE j.tenant = d.tenant AND j.job_id = d.job_id
+    RETURNING j.tenant, j.job_id
+), per_tenant AS (
+    SELECT tenant, count(*) AS removed FROM gone GROUP BY tenant
+), locked AS MATERIALIZED (
+    SELECT u.tenant FROM tenant_usage u
+    WHERE u.tenant IN (SELECT tenant FROM per_tenant)
+    ORDER BY u.tenant
+    FOR UPDATE
+), counted AS (
+    UPDATE tenant_usage u SET jobs = u.jobs - p.removed
+    FROM per_tenant p
+    WHERE u.tenant = p.tenant AND u.tenant IN (SELECT tenant FROM locked)
 )
-DELETE FROM jobs j USING doomed d
-WHERE j.tenant = d.tenant AND j.job_id = d.job_id
-RETURNING j.tenant, j.job_id
+SELECT tenant, job_id FROM gone
 
 -- gc_replay_audit_runs --
 -- The per-run replay records of replays older than $1 (the summaries in replay_audit stay).

@@ -154,3 +154,71 @@ FROM unnest($1::text[], $2::text[], $4::integer[], $5::bigint[], $6::bigint[])
      AS g(tenant, message_id, source_partition, source_offset, signed_ms)
 ON CONFLICT (tenant, message_id) DO UPDATE SET message_id = registration_ids.message_id
 RETURNING tenant, message_id, source_topic, source_partition, source_offset
+
+-- tenant_quotas_lock --
+-- The quotas of a batch's tenants that have any (registry_api/quotas.py), with their state,
+-- locked until the batch's transaction ends: in tenant order, so two batches never wait for
+-- each other in a cycle. The database's clock (unix microseconds) is the one every registry
+-- process shares. Tenants without a quota are not locked here: the batch's last statement
+-- (`tenant_usage_write`) moves their job counters just before commit.
+SELECT u.tenant, t.max_jobs, t.max_registrations_per_s, t.registrations_burst, u.jobs,
+       u.registrations_tat_us,
+       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us
+FROM tenant_usage u
+JOIN tenants t ON t.name = u.tenant
+WHERE u.tenant = ANY($1::text[])
+  AND (t.max_jobs IS NOT NULL OR t.max_registrations_per_s IS NOT NULL)
+ORDER BY u.tenant
+FOR UPDATE OF u
+
+-- tenant_usage_write --
+-- What a batch changed of its tenants' quota state, in one statement: each job counter moved
+-- by the batch's change, each rate's new theoretical arrival time (NULL: unchanged). The rows
+-- are locked in tenant order first (a materialised CTE is computed before the update reads
+-- it); the quota tenants' rows are this transaction's already.
+WITH locked AS MATERIALIZED (
+    SELECT u.tenant FROM tenant_usage u
+    WHERE u.tenant = ANY($1::text[])
+    ORDER BY u.tenant
+    FOR UPDATE
+)
+UPDATE tenant_usage u
+SET jobs = u.jobs + d.jobs_delta,
+    registrations_tat_us = coalesce(d.tat_us, u.registrations_tat_us)
+FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS d(tenant, jobs_delta, tat_us)
+WHERE u.tenant = d.tenant AND u.tenant IN (SELECT tenant FROM locked)
+
+-- tenant_quota_row --
+-- One tenant's quotas, its row locked to change them (`tickwheel tenant quota`).
+SELECT name, max_jobs, max_registrations_per_s, registrations_burst
+FROM tenants WHERE name = $1
+FOR UPDATE
+
+-- tenant_quota_set --
+UPDATE tenants SET max_jobs = $2, max_registrations_per_s = $3, registrations_burst = $4
+WHERE name = $1
+
+-- tenant_usage_lock --
+-- The tenant's counter row, locked before `tenant_jobs_recount` counts: that statement's
+-- snapshot then sees every batch that changed the counter before us.
+SELECT jobs FROM tenant_usage WHERE tenant = $1 FOR UPDATE
+
+-- tenant_jobs_recount --
+-- Set a tenant's job counter to the truth, when its job quota is set: writers that bypass the
+-- registry (a manual insert, the benchmark's bulk load) do not move the counter.
+UPDATE tenant_usage u
+SET jobs = (SELECT count(*) FROM jobs j WHERE j.tenant = u.tenant AND j.status <> 'deleted')
+WHERE u.tenant = $1
+RETURNING jobs
+
+-- tenants_list --
+-- Tenants with their quotas, registered jobs and active keys (`tickwheel tenant ls`); one
+-- tenant when $1 names it.
+SELECT t.name, t.created_at, t.max_jobs, t.max_registrations_per_s, t.registrations_burst,
+       coalesce(u.jobs, 0) AS jobs,
+       (SELECT count(*) FROM api_keys k WHERE k.tenant = t.name AND k.revoked_at IS NULL)
+           AS active_keys
+FROM tenants t
+LEFT JOIN tenant_usage u ON u.tenant = t.name
+WHERE $1::text IS NULL OR t.name = $1
+ORDER BY t.name

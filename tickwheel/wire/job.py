@@ -21,7 +21,12 @@ from tickwheel.domain import (
     Priority,
     literal_of,
 )
-from tickwheel.schedule import DEFAULT_GRACE_MS, DEFAULT_MAX_CATCHUP, MAX_CATCHUP_LIMIT
+from tickwheel.schedule import (
+    DEFAULT_GRACE_MS,
+    DEFAULT_MAX_CATCHUP,
+    MAX_CATCHUP_LIMIT,
+    MAX_CATCHUP_MIN,
+)
 
 __all__ = [
     "BACKOFF_LIMIT_MS",
@@ -94,7 +99,7 @@ class Backoff(StrictModel):
 class Misfire(StrictModel):
     policy: MisfireValue = MisfirePolicy.RUN_ONCE.value
     grace_ms: int = Field(DEFAULT_GRACE_MS, ge=0, le=BACKOFF_LIMIT_MS)
-    max_catchup: int = Field(DEFAULT_MAX_CATCHUP, ge=1, le=MAX_CATCHUP_LIMIT)
+    max_catchup: int = Field(DEFAULT_MAX_CATCHUP, ge=MAX_CATCHUP_MIN, le=MAX_CATCHUP_LIMIT)
 
 
 class Dst(StrictModel):

@@ -194,8 +194,9 @@ class RegistrationMessage(
             "the job id (UTF-8): keeps one job's registrations in order",
             {
                 SIGNATURE_HEADER: {
-                    "required": "when the registry runs with TICKWHEEL_INTAKE_REQUIRE_SIGNATURE"
-                    "=true; a message that carries it is always checked",
+                    "required": "yes, by default (TICKWHEEL_INTAKE_REQUIRE_SIGNATURE=true); only "
+                    "a deployment that sets it false takes unsigned messages, and a message "
+                    "that carries it is always checked",
                     "pattern": SIGNATURE_PATTERN,
                     "description": f"'{FORM_2}:<the API key's first {PREFIX_CHARS} "
                     "characters>:<a message id unique per message, [A-Za-z0-9_-]{16,64}>:<the "

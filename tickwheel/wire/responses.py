@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tickwheel.domain import JobKind, JobStatus, RunOrigin, RunStatus, literal_of
+from tickwheel.domain import JobKind, JobStatus, Quota, RunOrigin, RunStatus, literal_of
 from tickwheel.wire.job import VERSION_MAX, JobDocument
 
 # The statuses a job can be seen in (a deleted job is not found), a run's, a job's kinds.
@@ -22,11 +22,13 @@ if TYPE_CHECKING:
     RunStatusValue: TypeAlias = str
     KindValue: TypeAlias = str
     OriginValue: TypeAlias = str
+    QuotaValue: TypeAlias = str
 else:
     VisibleStatus = literal_of((JobStatus.ACTIVE, JobStatus.PAUSED, JobStatus.COMPLETED))
     RunStatusValue = literal_of(RunStatus)
     KindValue = literal_of(JobKind)
     OriginValue = literal_of(RunOrigin)
+    QuotaValue = literal_of(Quota)
 
 
 class Job(JobDocument):
@@ -111,6 +113,15 @@ class RunPage(BaseModel):
 class ErrorBody(BaseModel):
     error: str = Field(..., description="machine-readable slug, e.g. not_found")
     detail: str = Field(..., description="one sentence for people")
+
+
+class QuotaErrorBody(BaseModel):
+    """429: one of the tenant's quotas refused the request (nothing of the tenant changed)."""
+
+    error: Literal["quota_exceeded"]
+    quota: QuotaValue = Field(..., description="the quota that refused it (docs/API.md)")
+    detail: str = Field(..., description="one sentence for people")
+    retry_after_s: int = Field(..., description="as the Retry-After header: seconds to wait")
 
 
 class FieldError(BaseModel):
