@@ -93,12 +93,15 @@ from tickwheel.workers.deliveries import Delivery, Queues, Unreadable
 from tickwheel.workers.execution import Execution, Outcome
 from tickwheel.workers.fetch import Fetcher
 from tickwheel.workers.handlers import Context
+from tickwheel.workers.host_limits import HostLimit, HostLimiter, LimitPolicy
+from tickwheel.workers.limit_store import LimitStore
 from tickwheel.workers.metrics import PartsCollector, WorkerMetrics
 from tickwheel.workers.priorities import WeightedPicker
 from tickwheel.workers.record import Recorder
 from tickwheel.workers.retry import decide
 from tickwheel.workers.store import Claim, JobContent, Keys, RunId, RunStore
 from tickwheel.workers.targets import HttpTargets, TargetPolicy
+from tickwheel.workers.tenant_caps import TenantCaps
 
 log = logging.getLogger("tickwheel.worker")
 
@@ -139,15 +142,22 @@ class Worker:
             settings.worker_tenant_concurrency,
             self.offsets.generation,
         )
-        self.targets = HttpTargets(
-            TargetPolicy(
-                allowlist=tuple(settings.target_allowlist),
-                rate_per_s=settings.target_rate_per_s,
-                burst=settings.target_burst,
+        limit_store = LimitStore(pool, worker_id)
+        self.hosts = HostLimiter(
+            limit_store,
+            LimitPolicy(
+                default=HostLimit(settings.target_rate_per_s, settings.target_burst),
+                per_host={
+                    key: HostLimit(limit.rate_per_s, limit.burst)
+                    for key, limit in settings.target_limits.items()
+                },
                 breaker_failures=settings.target_breaker_failures,
                 breaker_cooldown_s=settings.target_breaker_cooldown_s,
-            )
+            ),
+            self.metrics,
         )
+        self.targets = HttpTargets(TargetPolicy(tuple(settings.target_allowlist)), self.hosts)
+        self.caps = TenantCaps(limit_store, self.metrics)
         self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="handler")
         self.execution = Execution(self._threads, self.targets)
         self.leased: dict[RunId, int] = {}  # runs held (executing or awaiting their write)
@@ -188,6 +198,7 @@ class Worker:
         process.spawn("dispatch", self.dispatch(process.stop))
         process.spawn("record", self.recorder.run(self.executions_done))
         process.spawn("heartbeat", self.heartbeat())
+        process.spawn("caps", self.caps.run(process.stop))
         process.on_close(self.close)
 
     async def close(self) -> None:
@@ -220,6 +231,18 @@ class Worker:
         self.executions_done.set()
 
     async def _claim_and_start(self, picked: list[Delivery]) -> None:
+        capped = self.caps.names
+        if capped:  # runs of capped tenants take the capped claim (workers/tenant_caps.py)
+            under_cap = [d for d in picked if d.env.tenant in capped]
+            if under_cap:
+                rest = [d for d in picked if d.env.tenant not in capped]
+                if rest:
+                    await self._claim_batch(rest, None)
+                await self._claim_batch(under_cap, sorted({d.env.tenant for d in under_cap}))
+                return
+        await self._claim_batch(picked, None)
+
+    async def _claim_batch(self, picked: list[Delivery], capped: list[str] | None) -> None:
         # Two deliveries of one run may carry different attempts (a stale one and its
         # re-dispatch): both are asked for, at most one can match the row.
         keys = Keys()
@@ -230,7 +253,9 @@ class Worker:
                 asked.add(wanted)
                 keys.add(d.run, d.env.attempt, d.published_ms)
         try:
-            claims, refused = await self.store.claim_isolating(keys)
+            claims, refused = await self.store.claim_isolating(
+                keys, None if capped is None else (capped, self.settings.tenant_cap_hold_ms)
+            )
         except DB_ERRORS as exc:
             self._claim_failures += 1
             pause_s = DB_RETRY_BACKOFF_S[min(self._claim_failures, len(DB_RETRY_BACKOFF_S)) - 1]
@@ -249,6 +274,7 @@ class Worker:
             return
         self._claim_failures = 0
         unclaimed: list[Delivery] = []
+        held: list[Delivery] = []
         lateness: list[float] = []
         for d in picked:
             env = d.env
@@ -262,7 +288,11 @@ class Worker:
                     continue
             claim = claims.get(d.run)
             if claim is None or claim.attempt != env.attempt:
-                unclaimed.append(d)
+                if claim is None and d.run in claims:
+                    del claims[d.run]
+                    held.append(d)
+                else:
+                    unclaimed.append(d)
                 continue
             del claims[d.run]  # a second delivery of this attempt in the batch is a duplicate
             lateness.append(max(0, claim.started_ms - env.scheduled_at) / 1000)
@@ -270,8 +300,18 @@ class Worker:
             self._start(d, claim)
         if lateness:
             observe_many(self.metrics.start_lateness, lateness)
+        if held:
+            await self._held(held)
         if unclaimed:
             await self._skip(unclaimed)
+
+    async def _held(self, held: Sequence[Delivery]) -> None:
+        """Deliveries of runs their tenant's cap held back: the hold is written (the claim's
+        transaction committed), so they are done (I5); the leader dispatches the runs again."""
+        for tenant, count in Counter(d.env.tenant for d in held).items():
+            self.metrics.tenant_held.labels(tenant).inc(count)
+        self.offsets.done_many([(d.tp, d.offset, d.generation) for d in held])
+        await self.source.store_positions(self.offsets.advanced())
 
     def _start(self, d: Delivery, claim: Claim) -> None:
         """Step 3: run the job's content; an attempt over at once is recorded at once."""
