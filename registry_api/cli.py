@@ -46,7 +46,7 @@ def registry(host: str, port: int, no_http: bool, no_intake: bool) -> None:
 
 @click.group()
 def tenant() -> None:
-    """Tenants and their API keys."""
+    """Tenants, their API keys and their caps."""
 
 
 @command(tenant, "add")
@@ -85,3 +85,71 @@ def tenant_revoke_key(prefix_or_key: str) -> None:
 
     prefix, owner = with_pool(revoke, s)
     click.echo(f"API key {prefix}… of tenant {owner} revoked")
+
+
+MAX_RUNNING_LIMIT = 1_000_000  # the range of tenants.max_running (migration 0011)
+
+
+def max_running_of(text: str) -> int | None:
+    """`--max-running`: a whole number from 1 to MAX_RUNNING_LIMIT, or `none` (no cap)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_RUNNING_LIMIT:
+        raise BadInput(
+            f"--max-running: must be a whole number from 1 to {MAX_RUNNING_LIMIT}, or 'none' "
+            f"to lift the cap, not {text!r}"
+        )
+    return value
+
+
+@command(tenant, "cap")
+@click.argument("name")
+@click.option(
+    "--max-running",
+    required=True,
+    help="Runs of the tenant running at once across all workers; 'none' lifts the cap.",
+)
+def tenant_cap(name: str, max_running: str) -> None:
+    """Cap tenant NAME's runs running at once across the cluster (workers apply it within a
+    few seconds); a run the cap holds back waits and runs later, spending no attempt."""
+    from tickwheel.registry_api.store import RegistryStore
+
+    cap = max_running_of(max_running)
+    s = settings()
+
+    async def set_cap(pool: Any) -> None:
+        try:
+            await RegistryStore(pool, s.shards).set_max_running(name, cap)
+        except KeyError:
+            raise BadInput(f"NAME: no tenant named {name!r}") from None
+
+    with_pool(set_cap, s)
+    shown = "no cap" if cap is None else f"at most {cap} runs running at once"
+    click.echo(f"tenant {name}: {shown}")
+
+
+@command(tenant, "ls")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def tenant_ls(as_json: bool) -> None:
+    """The tenants, each with its cap and, when capped, its runs running now."""
+    import orjson
+
+    from tickwheel.registry_api.store import RegistryStore
+
+    s = settings()
+    rows = with_pool(lambda pool: RegistryStore(pool, s.shards).tenants(), s)
+    if as_json:
+        for row in rows:
+            row["created_at"] = row["created_at"].isoformat()
+            click.echo(orjson.dumps(row).decode())
+        return
+    click.echo(f"{'TENANT':<24} {'MAX_RUNNING':>11} {'RUNNING':>8}  CREATED")
+    for row in rows:
+        cap = "-" if row["max_running"] is None else str(row["max_running"])
+        running = "-" if row["running"] is None else str(row["running"])
+        created = row["created_at"].strftime("%Y-%m-%dT%H:%M:%SZ")
+        click.echo(f"{row['name']:<24} {cap:>11} {running:>8}  {created}")

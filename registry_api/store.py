@@ -28,7 +28,7 @@ import asyncpg
 import orjson
 
 from tickwheel.clock import now_ms
-from tickwheel.domain import run_key
+from tickwheel.domain import RunStatus, run_key
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api import on_demand
 from tickwheel.registry_api.document import JobSpec, spec_from_stored
@@ -472,6 +472,18 @@ class RegistryStore:
         if row is None:
             raise KeyError(prefix_or_key)
         return row["prefix"], row["tenant"]
+
+    async def set_max_running(self, name: str, max_running: int | None) -> None:
+        """Set (or, None, lift) a tenant's cap on its runs running at once; KeyError when no
+        tenant has that name."""
+        row = await self.pool.fetchrow(QUERIES["tenant_set_max_running"], name, max_running)
+        if row is None:
+            raise KeyError(name)
+
+    async def tenants(self) -> list[dict[str, Any]]:
+        """Every tenant with its cap and, when capped, its runs running now (cluster-wide)."""
+        rows = await self.pool.fetch(QUERIES["tenants_list"], RunStatus.RUNNING.value)
+        return [dict(r) for r in rows]
 
     async def tenant_for_key(self, api_key: str) -> str | None:
         tenant: str | None = await self.pool.fetchval(QUERIES["tenant_by_key"], hash_key(api_key))

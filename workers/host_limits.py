@@ -298,6 +298,7 @@ class HostLimiter:
     async def _take(self, state: _Host, wanted: int) -> Take:
         policy = self.policy
         for _ in range(2):
+            self.metrics.target_takes.labels(state.key).inc()
             take = await self.store.take(
                 state.key, wanted, state.rate, self._horizon_us, policy.breaker_failures
             )

@@ -69,6 +69,13 @@ class WorkerMetrics:
             "tickwheel_worker_in_flight", "Runs executing now", registry=self.registry
         )
         # Target hosts (labelled by the host's limit key; hosts are the operator's allowlist).
+        self.target_takes = Counter(
+            "tickwheel_worker_target_takes",
+            "Statements that asked a target host's row for send instants (each for a batch of "
+            "calls waiting at once)",
+            ("host",),
+            registry=self.registry,
+        )
         self.target_waits = Counter(
             "tickwheel_worker_target_waits",
             "HTTP target calls that waited for a send instant of their host's cluster-wide rate",

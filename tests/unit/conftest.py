@@ -64,7 +64,8 @@ class MemoryHosts:
         ):
             count = 0
         else:
-            count = granted(row.tat_us, now, 1 if state == "half_open" else wanted, rate, horizon_us)
+            asked = 1 if state == "half_open" else wanted
+            count = granted(row.tat_us, now, asked, rate, horizon_us)
         if count:
             row.tat_us = advanced(row.tat_us, now, count, rate)
             if state == "half_open":

@@ -60,7 +60,7 @@ async def test_failures_of_all_workers_open_the_breaker_for_every_worker(
         key = await limiter.slot(HOST, PORT)
         await limiter.failed(key)
     for limiter in (first, second):
-        with pytest.raises(CircuitOpen, match="circuit open for gw.example:443"):
+        with pytest.raises(CircuitOpen, match=r"circuit open for gw\.example:443"):
             await limiter.slot(HOST, PORT)
     before = len(hosts.statements)
     for limiter in (first, second):

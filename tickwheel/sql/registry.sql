@@ -154,3 +154,21 @@ FROM unnest($1::text[], $2::text[], $4::integer[], $5::bigint[], $6::bigint[])
      AS g(tenant, message_id, source_partition, source_offset, signed_ms)
 ON CONFLICT (tenant, message_id) DO UPDATE SET message_id = registration_ids.message_id
 RETURNING tenant, message_id, source_topic, source_partition, source_offset
+
+-- tenant_set_max_running --
+-- `tickwheel tenant cap`: a tenant's cap on its runs running at once (NULL: none). Workers
+-- read it within a few seconds (workers/tenant_caps.py). No row back: no such tenant.
+-- $1 tenant, $2 max_running or NULL
+UPDATE tenants SET max_running = $2::integer WHERE name = $1::text RETURNING name, max_running
+
+-- tenants_list --
+-- `tickwheel tenant ls`: every tenant, its cap, and for a capped one its runs running now
+-- across the cluster (the runs claimed under the cap, index job_runs_capped_running).
+-- $1 'running'
+SELECT t.name, t.created_at, t.max_running,
+       CASE WHEN t.max_running IS NOT NULL THEN
+           (SELECT count(*) FROM job_runs r
+            WHERE r.tenant = t.name AND r.cap_tracked AND r.status = $1::text)
+       END AS running
+FROM tenants t
+ORDER BY t.name
