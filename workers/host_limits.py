@@ -49,10 +49,11 @@ from tickwheel.workers.targets import RetryableTargetError
 
 log = logging.getLogger("tickwheel.worker")
 
-# How far ahead a statement grants send instants, seconds. Longer means fewer statements for a
-# busy host (one per horizon per worker at most) but more calls already granted when another
-# worker opens the breaker (they go out: at most rate x horizon + burst).
-HORIZON_S = 0.1
+# How far ahead a statement grants send instants, seconds. While calls queue for a saturated
+# host each worker asks about once per horizon (4 workers at 50/s: 0.38 statements per call,
+# docs/OPERATIONS.md); longer means fewer statements but more calls already granted when
+# another worker opens the breaker (they go out: at most rate x horizon + burst).
+HORIZON_S = 0.2
 PROBE_LEASE_S = 30.0  # how long a half-open probe is this worker's before another may probe
 # While another worker probes, this one fails the host's calls fast for this long, then asks
 # again (the probe may have closed the breaker by then), seconds.

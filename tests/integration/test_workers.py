@@ -51,6 +51,7 @@ from tickwheel.stack import Addresses
 from tickwheel.testing import drain, produce, unique_topics
 from tickwheel.topics import Topics
 from tickwheel.workers.handlers import Context
+from tickwheel.workers.host_limits import HORIZON_S
 from tickwheel.workers.service import Worker, make_worker
 
 from .conftest import SchedEnv
@@ -1022,7 +1023,8 @@ async def test_four_workers_hold_a_host_to_its_cluster_wide_rate(
     # issue 25) sent four times the rate: 200 and more in the busiest second.
     assert busiest <= (rate + burst) * 1.2
     assert span_s >= (runs - burst) / rate * 0.95
-    assert takes <= runs / 2  # batches: a statement grants many calls
+    # A worker whose calls queue asks about once per horizon, whatever their number.
+    assert takes <= CLUSTER * (span_s / HORIZON_S + 3) and takes < runs / 2
 
 
 @pytest.mark.parametrize(("path", "status"), [("/down", 503), ("/busy", 429)])
@@ -1047,7 +1049,7 @@ async def test_a_failing_host_opens_every_workers_breaker_after_k_failures_in_to
     for i, spec in enumerate(specs):
         spec.priority = PRIORITIES[i % len(PRIORITIES)]
     await create_runs(db_dsn, tenant, specs)
-    limits = {f"127.0.0.1:{target_server.port}": {"rate_per_s": 20, "burst": 1}}
+    limits = {f"127.0.0.1:{target_server.port}": {"rate_per_s": 10, "burst": 1}}
     ports = start_cluster(
         cluster,
         target_server,
@@ -1059,6 +1061,7 @@ async def test_a_failing_host_opens_every_workers_breaker_after_k_failures_in_to
     publish(stack.kafka, wide_topics, tenant, specs)
     await wait_for(lambda: statuses_are(db_dsn, tenant, "retrying", runs), 60, "every attempt")
     sent = sum(1 for _, p, _ in target_server.requests if p == path)
+    print(f"{path}: {sent} requests reached the host")
     assert failures <= sent <= 2 * failures, sent  # per-worker breakers: up to 4 x K = 20
     rows = (await runs_of(db_dsn, tenant)).values()
     called = [r for r in rows if f"HTTP {status}" in r["last_error"]]
