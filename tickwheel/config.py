@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, get_origin
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -22,6 +22,7 @@ from pydantic_settings import (
 )
 
 from tickwheel.domain import PRIORITIES, Priority
+from tickwheel.wire.job import TargetLimit
 
 # A TICKWHEEL_TARGET_LIMITS key: a host name, IPv4 address or [IPv6] address, optionally :port.
 _LIMIT_KEY = re.compile(
@@ -32,15 +33,6 @@ _LIMIT_KEY = re.compile(
 
 class ConfigError(ValueError):
     """A setting that cannot be used, named with the allowed form."""
-
-
-class TargetLimit(BaseModel):
-    """A target host's rate, for all workers together."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    rate_per_s: float = Field(..., gt=0, le=1_000_000)
-    burst: int = Field(..., ge=1, le=1_000_000)
 
 
 class Settings(BaseSettings):

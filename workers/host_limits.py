@@ -139,6 +139,7 @@ class _Host:
     blocked_until: float = 0.0  # monotonic seconds: fail fast before it
     failures: int = 0  # the cluster's consecutive failures, as last seen
     probing: bool = False  # this worker holds the half-open probe
+    metered: bool = True  # a host (labelled in the metrics), not a job's own share
 
 
 class HostLimiter:
@@ -159,6 +160,22 @@ class HostLimiter:
         """Wait for this call's send instant; return the host's key. Raises CircuitOpen while
         the breaker is open, RetryableTargetError when the state cannot be read."""
         state = self._host(host, port)
+        await self._wait(state)
+        return state.key
+
+    async def share(self, job: str, rate_per_s: float, burst: int) -> None:
+        """Wait for an instant of the job's own rate (`target.limit`; `job` is
+        `tenant/job_id`), for all workers together: a row `job:<tenant>/<job_id>` of its own,
+        without a breaker. The call then waits for its host's `slot` as every call does, so
+        a job's limit only ever lowers what it sends."""
+        key = f"job:{job}"
+        rate = Rate.of(rate_per_s, burst)
+        state = self._hosts.get(key)
+        if state is None or state.rate != rate:  # new, or the job's limit was changed
+            state = self._hosts[key] = _Host(key, rate, metered=False)
+        await self._wait(state)
+
+    async def _wait(self, state: _Host) -> None:
         self._check_open(state)
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         state.waiting.append(future)
@@ -166,11 +183,11 @@ class HostLimiter:
             state.asking = asyncio.create_task(self._ask(state), name=f"limits {state.key}")
         delay_s = await future
         if delay_s > 0:
-            self.metrics.target_waits.labels(state.key).inc()
-            self.metrics.target_wait_seconds.labels(state.key).inc(delay_s)
+            if state.metered:
+                self.metrics.target_waits.labels(state.key).inc()
+                self.metrics.target_wait_seconds.labels(state.key).inc(delay_s)
             await asyncio.sleep(delay_s)
             self._check_open(state)  # opened meanwhile, as this worker learnt
-        return state.key
 
     async def failed(self, key: str) -> None:
         """A call to the host failed: counted for the cluster, maybe opening the breaker."""
@@ -299,7 +316,8 @@ class HostLimiter:
     async def _take(self, state: _Host, wanted: int) -> Take:
         policy = self.policy
         for _ in range(2):
-            self.metrics.target_takes.labels(state.key).inc()
+            if state.metered:
+                self.metrics.target_takes.labels(state.key).inc()
             take = await self.store.take(
                 state.key, wanted, state.rate, self._horizon_us, policy.breaker_failures
             )

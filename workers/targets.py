@@ -53,6 +53,7 @@ import httpx
 import orjson
 
 from tickwheel.target_rules import TargetError, entry_networks, matching_entry
+from tickwheel.wire.job import RATE_LIMIT_MAX
 from tickwheel.workers.handlers import PermanentError
 
 MAX_REDIRECTS = 5
@@ -89,6 +90,10 @@ class Gate(Protocol):
     async def slot(self, host: str, port: int) -> str:
         """Wait until the call may go; return the host's key. Raises RetryableTargetError
         while the host's breaker is open."""
+        ...
+
+    async def share(self, job: str, rate_per_s: float, burst: int) -> None:
+        """Wait for an instant of a job's own rate (`target.limit`), before its host's."""
         ...
 
     async def failed(self, key: str) -> None: ...
@@ -204,6 +209,10 @@ class HttpTargets:
         extra = target.get("headers") or {}
         if not isinstance(extra, dict):
             raise PermanentError("target.headers must be an object of strings")
+        limit = target.get("limit")
+        if limit is not None:
+            rate, burst = _limit_of(limit)
+            await self.gate.share(run_key.rpartition("@")[0], rate, burst)
         body: bytes | None = orjson.dumps(payload)
         origin = url
         for _hop in range(MAX_REDIRECTS + 1):
@@ -296,6 +305,21 @@ class HttpTargets:
 async def _resolve(host: str, port: int) -> list[Address]:
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [ipaddress.ip_address(info[4][0]) for info in infos]
+
+
+def _limit_of(limit: Any) -> tuple[float, int]:
+    """A stored `target.limit` (checked at registration) as (rate_per_s, burst)."""
+    fields: dict[str, Any] = limit if isinstance(limit, dict) else {}
+    rate, burst = fields.get("rate_per_s"), fields.get("burst", 1)
+    if (
+        isinstance(rate, (int, float))
+        and not isinstance(rate, bool)
+        and 0 < rate <= RATE_LIMIT_MAX
+        and type(burst) is int
+        and 1 <= burst <= RATE_LIMIT_MAX
+    ):
+        return float(rate), burst
+    raise PermanentError("target.limit must hold a rate_per_s > 0 and a burst >= 1")
 
 
 def _host_of(url: str) -> str:

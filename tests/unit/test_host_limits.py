@@ -99,3 +99,16 @@ async def test_a_success_costs_no_statement_while_no_failure_is_known(
     await limiter.failed(key)
     await limiter.succeeded(key)
     assert hosts.statements[-1] == "succeeded" and hosts.rows[KEY].failures == 0
+
+
+async def test_a_jobs_own_limit_is_a_row_of_its_own_before_the_hosts(
+    make_limiter: Callable[..., Any],
+) -> None:
+    """target.limit waits on a row `job:<tenant>/<job>` at the job's rate, and the call then
+    on its host's row as every call does: the job can only lower what it sends"""
+    limiter, hosts = make_limiter(rate_per_s=1000, burst=100)
+    await asyncio.gather(*(limiter.share("acme/sms", 2, 3) for _ in range(3)))
+    assert set(hosts.rows) == {"job:acme/sms"}
+    assert hosts.statements == ["take", "add", "take"]  # three at once: the job's burst
+    row = hosts.rows["job:acme/sms"]
+    assert row.tat_us == hosts.now_us + 3 * 500_000  # 2/s: the TAT moved by 3 x 0.5 s

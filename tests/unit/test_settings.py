@@ -204,7 +204,7 @@ def test_an_allowlist_entry_may_name_private_ranges(monkeypatch: pytest.MonkeyPa
         ('{"https://gw.example/": {"rate_per_s": 5, "burst": 1}}', "a key is a host name"),
         ('{"gw.example": {"rate_per_s": 0, "burst": 1}}', "rate_per_s"),
         ('{"gw.example": {"rate_per_s": 5, "burst": 0}}', "burst"),
-        ('{"gw.example": {"rate_per_s": 5}}', "burst"),
+        ('{"gw.example": {"burst": 5}}', "rate_per_s"),
         ('{"gw.example": {"rate_per_s": 5, "burst": 1, "extra": 1}}', "extra"),
     ],
 )

@@ -196,6 +196,9 @@ class _OpenGate:
     async def slot(self, host: str, port: int) -> str:
         return f"{host}:{port}"
 
+    async def share(self, job: str, rate_per_s: float, burst: int) -> None:
+        pass
+
     async def failed(self, key: str) -> None:
         pass
 
@@ -331,3 +334,27 @@ def test_an_entry_with_a_range_still_matches_its_url() -> None:
     entry = "https://hooks.example.com/tw 10.0.0.0/8"
     assert allowlist_entry("https://hooks.example.com/tw/x", [entry]) == entry
     assert allowlist_entry("https://hooks.example.com/other", [entry]) is None
+
+
+async def test_a_target_with_its_own_limit_waits_for_the_job_then_the_host() -> None:
+    """a job's `target.limit` is asked for (as the job's share, by run key) before the host's
+    slot; a job without one never is"""
+    asked: list[tuple[str, Any]] = []
+
+    class Recording(_OpenGate):
+        async def slot(self, host: str, port: int) -> str:
+            asked.append(("slot", host))
+            return await super().slot(host, port)
+
+        async def share(self, job: str, rate_per_s: float, burst: int) -> None:
+            asked.append(("share", (job, rate_per_s, burst)))
+
+    targets, _ = _targets(lambda _r: httpx.Response(204), Recording())
+    limited = {**TARGET, "limit": {"rate_per_s": 5, "burst": 2}}
+    await targets.call(limited, {}, "acme/inv@1")
+    await targets.call(TARGET, {}, "acme/inv@2")
+    assert asked == [
+        ("share", ("acme/inv", 5.0, 2)),
+        ("slot", "hooks.example.com"),
+        ("slot", "hooks.example.com"),
+    ]
