@@ -8,8 +8,10 @@ default (`TICKWHEEL_TARGET_RATE_PER_S`, `TICKWHEEL_TARGET_BURST`).
 The rate. A call waits for a send instant: the calls to one host that wait in this worker at
 one moment are asked for together, in ONE `target_take` (an UPDATE … RETURNING of the host's
 row, workers/gcra.py has the arithmetic), which grants each an instant within HORIZON_S; the
-call sleeps until it, then sends. Calls that got none wait, without a round trip, until the next
-instant comes within the horizon, and are asked for again with whatever has come since. A run
+call sleeps until it, then sends (or, woken more than LATE_S after it, asks again: a late
+send would crowd the calls other workers send on time). Calls that got none wait, without a
+round trip, until their instants come within the horizon, and are asked for again with
+whatever has come since. A run
 without a target never gets here; a run with one costs its batch's statement, shared by every
 call of the batch to that host.
 
@@ -59,6 +61,10 @@ PROBE_LEASE_S = 30.0  # how long a half-open probe is this worker's before anoth
 # again (the probe may have closed the breaker by then), seconds.
 PROBE_RECHECK_S = 1.0
 MIN_RETRY_S = 0.001  # the shortest wait before asking again
+# A call whose worker wakes up more than this after its send instant (a busy event loop) gives
+# the instant up and asks for another, seconds: sent late, it would land together with calls
+# other workers send on time, and the host would see up to rate x lateness more in a second.
+LATE_S = 0.025
 
 
 class HostLimit(NamedTuple):
@@ -176,18 +182,28 @@ class HostLimiter:
         await self._wait(state)
 
     async def _wait(self, state: _Host) -> None:
-        self._check_open(state)
-        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        state.waiting.append(future)
-        if state.asking is None:
-            state.asking = asyncio.create_task(self._ask(state), name=f"limits {state.key}")
-        delay_s = await future
-        if delay_s > 0:
+        """Wait for a send instant (the event loop's clock); one this worker woke up for too
+        late (module docstring) is given up and another asked for."""
+        loop = asyncio.get_running_loop()
+        while True:
+            self._check_open(state)
+            future: asyncio.Future[float] = loop.create_future()
+            state.waiting.append(future)
+            if state.asking is None:
+                state.asking = asyncio.create_task(self._ask(state), name=f"limits {state.key}")
+            instant = await future
+            delay_s = instant - loop.time()
+            if delay_s > 0:
+                if state.metered:
+                    self.metrics.target_waits.labels(state.key).inc()
+                    self.metrics.target_wait_seconds.labels(state.key).inc(delay_s)
+                await asyncio.sleep(delay_s)
+                if not state.probing:  # the probe is the one call a half-open host gets
+                    self._check_open(state)  # opened meanwhile, as this worker learnt
+            if state.probing or loop.time() - instant <= LATE_S:
+                return
             if state.metered:
-                self.metrics.target_waits.labels(state.key).inc()
-                self.metrics.target_wait_seconds.labels(state.key).inc(delay_s)
-            await asyncio.sleep(delay_s)
-            self._check_open(state)  # opened meanwhile, as this worker learnt
+                self.metrics.target_late.labels(state.key).inc()
 
     async def failed(self, key: str) -> None:
         """A call to the host failed: counted for the cluster, maybe opening the breaker."""
@@ -257,12 +273,13 @@ class HostLimiter:
                 state.waiting.clear()
                 if not batch:
                     return
+                asked_at = asyncio.get_running_loop().time()  # no later than the database's now
                 take = await self._take(state, len(batch))
                 state.failures = take.failures
                 delays = send_delays_us(take.start_us, take.now_us, take.granted, state.rate)
                 for future, delay_us in zip(batch, delays, strict=False):
                     if not future.done():
-                        future.set_result(delay_us / US_PER_S)
+                        future.set_result(asked_at + delay_us / US_PER_S)
                 rest = batch[take.granted :]
                 if take.state == "half_open" and take.granted:
                     state.probing = True

@@ -88,6 +88,13 @@ class WorkerMetrics:
             ("host",),
             registry=self.registry,
         )
+        self.target_late = Counter(
+            "tickwheel_worker_target_late",
+            "Send instants given up because the worker woke too late for them (a busy event "
+            "loop); the call asked for another",
+            ("host",),
+            registry=self.registry,
+        )
         self.target_breaker_state = Gauge(
             "tickwheel_worker_target_breaker_state",
             "A target host's shared circuit breaker as this worker last saw it: 0 closed, "

@@ -5,6 +5,7 @@ time while half-open, an open breaker failed fast from the cache."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -112,3 +113,20 @@ async def test_a_jobs_own_limit_is_a_row_of_its_own_before_the_hosts(
     assert hosts.statements == ["take", "add", "take"]  # three at once: the job's burst
     row = hosts.rows["job:acme/sms"]
     assert row.tat_us == hosts.now_us + 3 * 500_000  # 2/s: the TAT moved by 3 x 0.5 s
+
+
+async def test_an_instant_woken_for_too_late_is_given_up_and_another_asked_for(
+    make_limiter: Callable[..., Any],
+) -> None:
+    """a call whose event loop was stalled past its send instant does not send late (it would
+    crowd other workers' calls): it asks again, and the give-up is counted"""
+    limiter, hosts = make_limiter(rate_per_s=10, burst=1)
+    await limiter.slot(HOST, PORT)  # the burst: at once
+
+    async def stall() -> None:
+        await asyncio.sleep(0.01)
+        time.sleep(0.25)  # the event loop is busy past the next instant (+100 ms)
+
+    await asyncio.gather(limiter.slot(HOST, PORT), stall())
+    assert limiter.metrics.target_late.labels(KEY)._value.get() == 1
+    assert hosts.statements.count("take") == 4  # first, the late one, and again
