@@ -14,6 +14,7 @@ with exit 1):
     record     (workers/record.py) writes finished attempts in batches and stores offsets (the
                steps below)
     heartbeat  (here) every lease/3, extends the lease of every run this worker holds
+    caps       (workers/tenant_caps.py) every 2 s, reads which tenants have a cluster-wide cap
 
 A delivery's path, and why a crash at any step loses nothing (I4, I5, I7):
 
@@ -23,7 +24,11 @@ A delivery's path, and why a crash at any step loses nothing (I4, I5, I7):
     2. claimed: `pending|published → running` WHERE attempt = the envelope's attempt, with
        this worker's id and a lease. No row back: a duplicate or stale delivery: it is done
        at once (nothing to write), counted, and never executed. A delivery naming no run at
-       all (no row) was not produced by a scheduler: it goes to step 5 as unreadable.
+       all (no row) was not produced by a scheduler: it goes to step 5 as unreadable. Runs of
+       a capped tenant are claimed in a transaction of their own that claims only what the
+       cap has room for; the others are written back to `retrying` (no attempt spent) in that
+       transaction, and their deliveries are done once it committed: a crash before that
+       redelivers them, and their claim decides again.
     3. executed: the job's handler or HTTP target runs with the job's payload under its
        timeout_ms, as the claim read them from the job's row (the envelope's copy is only
        compared: a difference is counted and logged, never run); the heartbeat

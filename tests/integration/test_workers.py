@@ -1160,3 +1160,13 @@ async def test_a_capped_tenant_never_runs_more_than_its_cap_across_workers(
     assert all(r["holds"] == 0 and not r["cap_tracked"] for r in theirs)
     executed = executions(log)
     assert len(executed) == 2 * runs and set(executed.values()) == {1}
+    listed = await asyncio.to_thread(
+        subprocess.run,
+        [TICKWHEEL, "tenant", "ls", "--json"],
+        env={**os.environ, **sched.env},
+        capture_output=True,
+        text=True,
+    )
+    tenants = {t["name"]: t for t in map(orjson.loads, listed.stdout.splitlines())}
+    assert (tenants[capped]["max_running"], tenants[capped]["running"]) == (cap, 0)
+    assert (tenants[other.tenant]["max_running"], tenants[other.tenant]["running"]) == (None, None)
