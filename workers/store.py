@@ -146,6 +146,18 @@ class RunStore:
             return {}
         rows = await self.pool.fetch(
             QUERIES[broken.query("worker_claim", broken.CLAIM_IGNORES_LEASE)],
+            *self._claim_params(keys),
+        )
+        new = tuple.__new__
+        claims: Claims = {}
+        for row in rows:
+            claim: Claim = new(Claim, row)
+            claims[(claim[0], claim[1], claim[2])] = claim
+        return claims
+
+    def _claim_params(self, keys: Keys) -> tuple[Any, ...]:
+        """$1..$8 of `worker_claim` (and of `worker_claim_capped`)."""
+        return (
             id_list(keys.tenants),
             id_list(keys.job_ids),
             num_list(keys.scheduled_ms),
@@ -155,12 +167,6 @@ class RunStore:
             num_list(keys.published_ms),
             CLAIMABLE,
         )
-        new = tuple.__new__
-        claims: Claims = {}
-        for row in rows:
-            claim: Claim = new(Claim, row)
-            claims[(claim[0], claim[1], claim[2])] = claim
-        return claims
 
     async def claim_capped(self, keys: Keys, tenants: list[str], hold_ms: int) -> Claims:
         """`claim` for runs of capped tenants (`tenants`, the batch's): one transaction that
@@ -169,17 +175,7 @@ class RunStore:
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(QUERIES["tenant_cap_lock"], tenants)
             rows = await conn.fetch(
-                QUERIES["worker_claim_capped"],
-                id_list(keys.tenants),
-                id_list(keys.job_ids),
-                num_list(keys.scheduled_ms),
-                num_list(keys.attempts),
-                self.worker_id,
-                self.lease_ms,
-                num_list(keys.published_ms),
-                CLAIMABLE,
-                hold_ms,
-                RUNNING,
+                QUERIES["worker_claim_capped"], *self._claim_params(keys), hold_ms, RUNNING
             )
         new = tuple.__new__
         claims: Claims = {}

@@ -290,6 +290,12 @@ class Subprocesses:
     def log_of(self, name: str) -> str:
         return (self.tmp / f"{name}.log").read_text()
 
+    def __enter__(self) -> Subprocesses:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop_all()
+
     def stop_all(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -301,9 +307,8 @@ class Subprocesses:
 def workers(
     stack: Addresses, db_dsn: str, topics: Topics, exec_log: Path, tmp_path: Path
 ) -> Iterator[Subprocesses]:
-    procs = Subprocesses(stack, db_dsn, topics, exec_log, tmp_path)
-    yield procs
-    procs.stop_all()
+    with Subprocesses(stack, db_dsn, topics, exec_log, tmp_path) as procs:
+        yield procs
 
 
 def free_port() -> int:
@@ -934,9 +939,8 @@ def wide_topics(stack: Addresses) -> Iterator[Topics]:
 def cluster(
     stack: Addresses, db_dsn: str, wide_topics: Topics, exec_log: Path, tmp_path: Path
 ) -> Iterator[Subprocesses]:
-    procs = Subprocesses(stack, db_dsn, wide_topics, exec_log, tmp_path)
-    yield procs
-    procs.stop_all()
+    with Subprocesses(stack, db_dsn, wide_topics, exec_log, tmp_path) as procs:
+        yield procs
 
 
 def start_cluster(procs: Subprocesses, server: TargetServer, **env: str) -> list[int]:
