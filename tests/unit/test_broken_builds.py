@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Where each variant's hook lives (the table of tickwheel/broken.py's docstring).
 HOMES = {
     broken.EPOCH_FENCE: "shards/store.py",
-    broken.OFFSETS_BEFORE_RESULTS: "workers/service.py",
+    broken.OFFSETS_BEFORE_RESULTS: "workers/fetch.py",
     broken.DST_OVERLAP_IGNORED: "tickwheel/schedule/cron.py",
     broken.CLAIM_IGNORES_LEASE: "workers/store.py",
 }

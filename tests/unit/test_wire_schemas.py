@@ -150,7 +150,10 @@ def test_the_schemas_state_what_the_code_holds_elsewhere() -> None:
     }
     assert ops == {op.value for op in RegistrationOp}
     signature = _schema("registration")["x-kafka"]["headers"]["tickwheel-signature"]
-    assert re.fullmatch(signature["pattern"], sign(b"{}", "tw_" + "k" * 40)[1].decode())
+    assert re.fullmatch(
+        signature["pattern"],
+        sign(b"{}", "tw_" + "k" * 40, topic="tickwheel.registrations")[1].decode(),
+    )
 
 
 # --- what the codecs write validates -----------------------------------------------------------
