@@ -1007,8 +1007,12 @@ async def test_four_workers_hold_a_host_to_its_cluster_wide_rate(
     ]
     await create_runs(db_dsn, tenant, specs)
     limits = {f"127.0.0.1:{target_server.port}": {"rate_per_s": rate, "burst": burst}}
-    ports = start_cluster(
-        cluster, target_server, TICKWHEEL_TARGET_LIMITS=orjson.dumps(limits).decode()
+    ports = start_cluster(  # the default far above: the host's own limit is what binds
+        cluster,
+        target_server,
+        TICKWHEEL_TARGET_LIMITS=orjson.dumps(limits).decode(),
+        TICKWHEEL_TARGET_RATE_PER_S="5000",
+        TICKWHEEL_TARGET_BURST="500",
     )
     await wait_for(lambda: settled(stack.kafka, wide_topics), 90, "the group settled")
     publish(stack.kafka, wide_topics, tenant, specs)
