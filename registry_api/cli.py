@@ -78,7 +78,7 @@ def registry(
 
 @click.group()
 def tenant() -> None:
-    """Tenants and their API keys."""
+    """Tenants, their API keys and their caps."""
 
 
 @command(tenant, "add")
@@ -177,7 +177,17 @@ def _limit(value: Any) -> str:
 
 def _tenants_table(items: list[dict[str, Any]]) -> str:
     return table(
-        ("TENANT", "JOBS", "MAX_JOBS", "MAX_REG/S", "BURST", "KEYS", "CREATED"),
+        (
+            "TENANT",
+            "JOBS",
+            "MAX_JOBS",
+            "MAX_REG/S",
+            "BURST",
+            "MAX_RUNNING",
+            "RUNNING",
+            "KEYS",
+            "CREATED",
+        ),
         [
             (
                 t["tenant"],
@@ -185,6 +195,8 @@ def _tenants_table(items: list[dict[str, Any]]) -> str:
                 _limit(t["max_jobs"]),
                 _limit(t["max_registrations_per_s"]),
                 _limit(t["registrations_burst"]),
+                _limit(t["max_running"]),
+                _limit(t["running"]),
                 t["active_keys"],
                 t["created_at"],
             )
@@ -196,7 +208,8 @@ def _tenants_table(items: list[dict[str, Any]]) -> str:
 @command(tenant, "ls")
 @click.option("--json", "as_json", is_flag=True, help='Print {"items": [...]} as JSON.')
 def tenant_ls(as_json: bool) -> None:
-    """List tenants with their registered jobs, quotas ('-': none) and active keys."""
+    """List tenants with their registered jobs, quotas and cap ('-': none), their runs running
+    now when capped, and their active keys."""
     from tickwheel.registry_api.store import RegistryStore
 
     s = settings()
@@ -231,3 +244,48 @@ def tenant_revoke_key(prefix_or_key: str) -> None:
 
     prefix, owner = with_pool(revoke, s)
     click.echo(f"API key {prefix}… of tenant {owner} revoked")
+
+
+MAX_RUNNING_LIMIT = 1_000_000  # the range of tenants.max_running (migration 0011)
+
+
+def max_running_of(text: str) -> int | None:
+    """`--max-running`: a whole number from 1 to MAX_RUNNING_LIMIT, or `none` (no cap)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_RUNNING_LIMIT:
+        raise BadInput(
+            f"--max-running: must be a whole number from 1 to {MAX_RUNNING_LIMIT}, or 'none' "
+            f"to lift the cap, not {text!r}"
+        )
+    return value
+
+
+@command(tenant, "cap")
+@click.argument("name")
+@click.option(
+    "--max-running",
+    required=True,
+    help="Runs of the tenant running at once across all workers; 'none' lifts the cap.",
+)
+def tenant_cap(name: str, max_running: str) -> None:
+    """Cap tenant NAME's runs running at once across the cluster (workers apply it within a
+    few seconds); a run the cap holds back waits and runs later, spending no attempt."""
+    from tickwheel.registry_api.store import RegistryStore
+
+    cap = max_running_of(max_running)
+    s = settings()
+
+    async def set_cap(pool: Any) -> None:
+        try:
+            await RegistryStore(pool, s.shards).set_max_running(name, cap)
+        except KeyError:
+            raise BadInput(f"NAME: no tenant named {name!r}") from None
+
+    with_pool(set_cap, s)
+    shown = "no cap" if cap is None else f"at most {cap} runs running at once"
+    click.echo(f"tenant {name}: {shown}")

@@ -35,7 +35,7 @@ import asyncpg
 import orjson
 
 from tickwheel.clock import now_ms
-from tickwheel.domain import JobStatus, run_key
+from tickwheel.domain import JobStatus, RunStatus, run_key
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api import on_demand
 from tickwheel.registry_api.document import JobSpec, spec_from_stored
@@ -520,8 +520,9 @@ class RegistryStore:
         return api_key
 
     async def tenants(self, name: str | None = None) -> list[dict[str, Any]]:
-        """Tenants (or the one named) with their quotas, registered jobs and active keys."""
-        rows = await self.pool.fetch(QUERIES["tenants_list"], name)
+        """Tenants (or the one named) with their quotas, registered jobs, active keys, their
+        cap on runs running at once and, when capped, their runs running now (cluster-wide)."""
+        rows = await self.pool.fetch(QUERIES["tenants_list"], name, RunStatus.RUNNING.value)
         return [
             {
                 "tenant": r["name"],
@@ -531,6 +532,8 @@ class RegistryStore:
                 "max_jobs": r["max_jobs"],
                 "max_registrations_per_s": r["max_registrations_per_s"],
                 "registrations_burst": r["registrations_burst"],
+                "max_running": r["max_running"],
+                "running": r["running"],
             }
             for r in rows
         ]
@@ -572,6 +575,13 @@ class RegistryStore:
         if row is None:
             raise KeyError(prefix_or_key)
         return row["prefix"], row["tenant"]
+
+    async def set_max_running(self, name: str, max_running: int | None) -> None:
+        """Set (or, None, lift) a tenant's cap on its runs running at once; KeyError when no
+        tenant has that name."""
+        row = await self.pool.fetchrow(QUERIES["tenant_set_max_running"], name, max_running)
+        if row is None:
+            raise KeyError(name)
 
     async def tenant_for_key(self, api_key: str) -> str | None:
         tenant: str | None = await self.pool.fetchval(QUERIES["tenant_by_key"], hash_key(api_key))

@@ -22,6 +22,13 @@ from pydantic_settings import (
 )
 
 from tickwheel.domain import PRIORITIES, Priority
+from tickwheel.wire.job import TargetLimit
+
+# A TICKWHEEL_TARGET_LIMITS key: a host name, IPv4 address or [IPv6] address, optionally :port.
+_LIMIT_KEY = re.compile(
+    r"([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    r"|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?"
+)
 
 
 class ConfigError(ValueError):
@@ -145,7 +152,10 @@ class Settings(BaseSettings):
         0, ge=0, description="execution slots only high-priority runs may take"
     )
     worker_tenant_concurrency: int = Field(
-        0, ge=0, description="runs of one tenant a worker executes at once; 0: no cap"
+        0,
+        ge=0,
+        description="runs of one tenant ONE worker executes at once, its share of the slots; "
+        "0: no cap (the cluster-wide cap is `tickwheel tenant cap`)",
     )
     worker_queue_per_priority: int = Field(
         # Well above worker_batch (a fetch brings up to 500): at 256 a worker paused and resumed
@@ -165,14 +175,40 @@ class Settings(BaseSettings):
         "their lease, seconds",
     )
     target_rate_per_s: float = Field(
-        50.0, gt=0, description="HTTP target requests per second per host (token bucket)"
+        50.0,
+        gt=0,
+        le=1_000_000,
+        description="HTTP target requests per second per host, for all workers together, for "
+        "hosts TICKWHEEL_TARGET_LIMITS does not name",
     )
-    target_burst: int = Field(20, ge=1, description="HTTP target requests a host may get at once")
+    target_burst: int = Field(
+        20,
+        ge=1,
+        le=1_000_000,
+        description="HTTP target requests a host may get at once (all workers), for hosts "
+        "TICKWHEEL_TARGET_LIMITS does not name",
+    )
+    target_limits: dict[str, TargetLimit] = Field(
+        default_factory=dict,
+        description="per target host, its rate and burst for all workers together (JSON: "
+        '{"host[:port]": {"rate_per_s": 500, "burst": 50}}; a host named without a port: '
+        "all its ports share the limit)",
+    )
     target_breaker_failures: int = Field(
-        5, ge=1, description="consecutive failures of a host that open its circuit breaker"
+        5,
+        ge=1,
+        description="consecutive failures of a host, counted by all workers, that open its "
+        "circuit breaker (5xx, 429, timeouts, connection errors)",
     )
     target_breaker_cooldown_s: float = Field(
         30.0, gt=0, description="how long an open circuit fails calls fast, seconds"
+    )
+    tenant_cap_hold_ms: int = Field(
+        1000,
+        ge=10,
+        le=600_000,
+        description="how long a run its tenant's cap (tenants.max_running) held back waits "
+        "before it is dispatched again, milliseconds (plus up to a sweep of its leader)",
     )
     # operations
     retention_days: int = Field(
@@ -211,6 +247,19 @@ class Settings(BaseSettings):
     @classmethod
     def _zk_hosts(cls, value: str | None) -> str | None:
         return check_hosts(value, "the ZooKeeper servers", chroot=True) if value else value
+
+    @field_validator("target_limits")
+    @classmethod
+    def _limit_keys(cls, value: dict[str, TargetLimit]) -> dict[str, TargetLimit]:
+        keys: dict[str, TargetLimit] = {}
+        for key, limit in value.items():
+            if not _LIMIT_KEY.fullmatch(key):
+                raise ValueError(
+                    f"names {key!r}: a key is a host name or address, optionally with :port "
+                    "(no scheme, no path)"
+                )
+            keys[key.lower()] = limit
+        return keys
 
     @field_validator("target_allowlist")
     @classmethod

@@ -68,6 +68,72 @@ class WorkerMetrics:
         self.in_flight = Gauge(
             "tickwheel_worker_in_flight", "Runs executing now", registry=self.registry
         )
+        # Target hosts (labelled by the host's limit key; hosts are the operator's allowlist).
+        self.target_takes = Counter(
+            "tickwheel_worker_target_takes",
+            "Statements that asked a target host's row for send instants (each for a batch of "
+            "calls waiting at once)",
+            ("host",),
+            registry=self.registry,
+        )
+        self.target_waits = Counter(
+            "tickwheel_worker_target_waits",
+            "HTTP target calls that waited for a send instant of their host's cluster-wide rate",
+            ("host",),
+            registry=self.registry,
+        )
+        self.target_wait_seconds = Counter(
+            "tickwheel_worker_target_wait_seconds",
+            "Seconds HTTP target calls waited for their host's cluster-wide rate, in total",
+            ("host",),
+            registry=self.registry,
+        )
+        self.target_late = Counter(
+            "tickwheel_worker_target_late",
+            "Send instants given up because the worker woke too late for them (a busy event "
+            "loop); the call asked for another",
+            ("host",),
+            registry=self.registry,
+        )
+        self.target_breaker_state = Gauge(
+            "tickwheel_worker_target_breaker_state",
+            "A target host's shared circuit breaker as this worker last saw it: 0 closed, "
+            "1 half-open, 2 open",
+            ("host",),
+            registry=self.registry,
+        )
+        self.target_breaker_opens = Counter(
+            "tickwheel_worker_target_breaker_opens",
+            "Times a failure this worker counted opened a target host's shared breaker",
+            ("host",),
+            registry=self.registry,
+        )
+        self.target_refused = Counter(
+            "tickwheel_worker_target_refused",
+            "HTTP target calls failed fast by an open breaker (retried later)",
+            ("host",),
+            registry=self.registry,
+        )
+        # Capped tenants (tenants.max_running set; an uncapped tenant has no series).
+        self.tenant_held = Counter(
+            "tickwheel_worker_tenant_held",
+            "Runs this worker's claims held back by their tenant's cluster-wide cap "
+            "(sent back to wait, no attempt spent)",
+            ("tenant",),
+            registry=self.registry,
+        )
+        self.tenant_running = Gauge(
+            "tickwheel_worker_tenant_running",
+            "A capped tenant's runs running across the cluster, at the last refresh",
+            ("tenant",),
+            registry=self.registry,
+        )
+        self.tenant_cap = Gauge(
+            "tickwheel_worker_tenant_cap",
+            "A capped tenant's max_running, at the last refresh",
+            ("tenant",),
+            registry=self.registry,
+        )
         for outcome in OUTCOMES:
             self.executions.labels(str(outcome))
         for reason in SKIP_REASONS:

@@ -14,6 +14,7 @@ with exit 1):
     record     (workers/record.py) writes finished attempts in batches and stores offsets (the
                steps below)
     heartbeat  (here) every lease/3, extends the lease of every run this worker holds
+    caps       (workers/tenant_caps.py) every 2 s, reads which tenants have a cluster-wide cap
 
 A delivery's path, and why a crash at any step loses nothing (I4, I5, I7):
 
@@ -23,7 +24,11 @@ A delivery's path, and why a crash at any step loses nothing (I4, I5, I7):
     2. claimed: `pending|published → running` WHERE attempt = the envelope's attempt, with
        this worker's id and a lease. No row back: a duplicate or stale delivery: it is done
        at once (nothing to write), counted, and never executed. A delivery naming no run at
-       all (no row) was not produced by a scheduler: it goes to step 5 as unreadable.
+       all (no row) was not produced by a scheduler: it goes to step 5 as unreadable. Runs of
+       a capped tenant are claimed in a transaction of their own that claims only what the
+       cap has room for; the others are written back to `retrying` (no attempt spent) in that
+       transaction, and their deliveries are done once it committed: a crash before that
+       redelivers them, and their claim decides again.
     3. executed: the job's handler or HTTP target runs with the job's payload under its
        timeout_ms, as the claim read them from the job's row (the envelope's copy is only
        compared: a difference is counted and logged, never run); the heartbeat
@@ -93,12 +98,15 @@ from tickwheel.workers.deliveries import Delivery, Queues, Unreadable
 from tickwheel.workers.execution import Execution, Outcome
 from tickwheel.workers.fetch import Fetcher
 from tickwheel.workers.handlers import Context
+from tickwheel.workers.host_limits import HostLimit, HostLimiter, LimitPolicy
+from tickwheel.workers.limit_store import LimitStore
 from tickwheel.workers.metrics import PartsCollector, WorkerMetrics
 from tickwheel.workers.priorities import WeightedPicker
 from tickwheel.workers.record import Recorder
 from tickwheel.workers.retry import decide
 from tickwheel.workers.store import Claim, JobContent, Keys, RunId, RunStore
 from tickwheel.workers.targets import HttpTargets, TargetPolicy
+from tickwheel.workers.tenant_caps import TenantCaps
 
 log = logging.getLogger("tickwheel.worker")
 
@@ -139,15 +147,22 @@ class Worker:
             settings.worker_tenant_concurrency,
             self.offsets.generation,
         )
-        self.targets = HttpTargets(
-            TargetPolicy(
-                allowlist=tuple(settings.target_allowlist),
-                rate_per_s=settings.target_rate_per_s,
-                burst=settings.target_burst,
+        limit_store = LimitStore(pool, worker_id)
+        self.hosts = HostLimiter(
+            limit_store,
+            LimitPolicy(
+                default=HostLimit(settings.target_rate_per_s, settings.target_burst),
+                per_host={
+                    key: HostLimit(limit.rate_per_s, limit.burst)
+                    for key, limit in settings.target_limits.items()
+                },
                 breaker_failures=settings.target_breaker_failures,
                 breaker_cooldown_s=settings.target_breaker_cooldown_s,
-            )
+            ),
+            self.metrics,
         )
+        self.targets = HttpTargets(TargetPolicy(tuple(settings.target_allowlist)), self.hosts)
+        self.caps = TenantCaps(limit_store, self.metrics)
         self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="handler")
         self.execution = Execution(self._threads, self.targets)
         self.leased: dict[RunId, int] = {}  # runs held (executing or awaiting their write)
@@ -188,6 +203,7 @@ class Worker:
         process.spawn("dispatch", self.dispatch(process.stop))
         process.spawn("record", self.recorder.run(self.executions_done))
         process.spawn("heartbeat", self.heartbeat())
+        process.spawn("caps", self.caps.run(process.stop))
         process.on_close(self.close)
 
     async def close(self) -> None:
@@ -220,6 +236,18 @@ class Worker:
         self.executions_done.set()
 
     async def _claim_and_start(self, picked: list[Delivery]) -> None:
+        capped = self.caps.names
+        if capped:  # runs of capped tenants take the capped claim (workers/tenant_caps.py)
+            under_cap = [d for d in picked if d.env.tenant in capped]
+            if under_cap:
+                rest = [d for d in picked if d.env.tenant not in capped]
+                if rest:
+                    await self._claim_batch(rest, None)
+                await self._claim_batch(under_cap, sorted({d.env.tenant for d in under_cap}))
+                return
+        await self._claim_batch(picked, None)
+
+    async def _claim_batch(self, picked: list[Delivery], capped: list[str] | None) -> None:
         # Two deliveries of one run may carry different attempts (a stale one and its
         # re-dispatch): both are asked for, at most one can match the row.
         keys = Keys()
@@ -230,7 +258,9 @@ class Worker:
                 asked.add(wanted)
                 keys.add(d.run, d.env.attempt, d.published_ms)
         try:
-            claims, refused = await self.store.claim_isolating(keys)
+            claims, refused = await self.store.claim_isolating(
+                keys, None if capped is None else (capped, self.settings.tenant_cap_hold_ms)
+            )
         except DB_ERRORS as exc:
             self._claim_failures += 1
             pause_s = DB_RETRY_BACKOFF_S[min(self._claim_failures, len(DB_RETRY_BACKOFF_S)) - 1]
@@ -249,6 +279,7 @@ class Worker:
             return
         self._claim_failures = 0
         unclaimed: list[Delivery] = []
+        held: list[Delivery] = []
         lateness: list[float] = []
         for d in picked:
             env = d.env
@@ -262,7 +293,11 @@ class Worker:
                     continue
             claim = claims.get(d.run)
             if claim is None or claim.attempt != env.attempt:
-                unclaimed.append(d)
+                if claim is None and d.run in claims:
+                    del claims[d.run]
+                    held.append(d)
+                else:
+                    unclaimed.append(d)
                 continue
             del claims[d.run]  # a second delivery of this attempt in the batch is a duplicate
             lateness.append(max(0, claim.started_ms - env.scheduled_at) / 1000)
@@ -270,8 +305,18 @@ class Worker:
             self._start(d, claim)
         if lateness:
             observe_many(self.metrics.start_lateness, lateness)
+        if held:
+            await self._held(held)
         if unclaimed:
             await self._skip(unclaimed)
+
+    async def _held(self, held: Sequence[Delivery]) -> None:
+        """Deliveries of runs their tenant's cap held back: the hold is written (the claim's
+        transaction committed), so they are done (I5); the leader dispatches the runs again."""
+        for tenant, count in Counter(d.env.tenant for d in held).items():
+            self.metrics.tenant_held.labels(tenant).inc(count)
+        self.offsets.done_many([(d.tp, d.offset, d.generation) for d in held])
+        await self.source.store_positions(self.offsets.advanced())
 
     def _start(self, d: Delivery, claim: Claim) -> None:
         """Step 3: run the job's content; an attempt over at once is recorded at once."""

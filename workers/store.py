@@ -65,6 +65,10 @@ class Claim(NamedTuple):
         )
 
 
+# A claim's answer: each run claimed, or None for a run its tenant's cap held back.
+Claims = dict[RunId, "Claim | None"]
+
+
 class JobContent(NamedTuple):
     """What a run executes, as its job's row holds it when the run is claimed."""
 
@@ -136,12 +140,24 @@ class RunStore:
         self.worker_id = worker_id
         self.lease_ms = lease_ms
 
-    async def claim(self, keys: Keys) -> dict[RunId, Claim]:
+    async def claim(self, keys: Keys) -> Claims:
         """Claim what can be claimed; runs absent from the answer are duplicates or stale."""
         if not keys:
             return {}
         rows = await self.pool.fetch(
             QUERIES[broken.query("worker_claim", broken.CLAIM_IGNORES_LEASE)],
+            *self._claim_params(keys),
+        )
+        new = tuple.__new__
+        claims: Claims = {}
+        for row in rows:
+            claim: Claim = new(Claim, row)
+            claims[(claim[0], claim[1], claim[2])] = claim
+        return claims
+
+    def _claim_params(self, keys: Keys) -> tuple[Any, ...]:
+        """$1..$8 of `worker_claim` (and of `worker_claim_capped`)."""
+        return (
             id_list(keys.tenants),
             id_list(keys.job_ids),
             num_list(keys.scheduled_ms),
@@ -151,22 +167,38 @@ class RunStore:
             num_list(keys.published_ms),
             CLAIMABLE,
         )
+
+    async def claim_capped(self, keys: Keys, tenants: list[str], hold_ms: int) -> Claims:
+        """`claim` for runs of capped tenants (`tenants`, the batch's): one transaction that
+        locks the tenants' rows, then claims as many as each cap has free and holds back the
+        rest (`worker_claim_capped`). Held runs map to None."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(QUERIES["tenant_cap_lock"], tenants)
+            rows = await conn.fetch(
+                QUERIES["worker_claim_capped"], *self._claim_params(keys), hold_ms, RUNNING
+            )
         new = tuple.__new__
-        claims: dict[RunId, Claim] = {}
+        claims: Claims = {}
         for row in rows:
-            claim: Claim = new(Claim, row)
-            claims[(claim[0], claim[1], claim[2])] = claim
+            if row["held"]:
+                claims[(row[0], row[1], row[2])] = None
+            else:
+                claim: Claim = new(Claim, tuple(row)[:-1])
+                claims[(claim[0], claim[1], claim[2])] = claim
         return claims
 
     async def claim_isolating(
-        self, keys: Keys
-    ) -> tuple[dict[RunId, Claim], dict[tuple[RunId, int], str]]:
-        """`claim`, except that when the database refuses the statement for its data (a value
-        the run row cannot hold that decoding let through), the halves are claimed apart until
-        each culprit is alone: the rest of the batch is claimed. Returns the claims and, per
-        refused (run, attempt), the database's reason. An unavailable database raises."""
+        self, keys: Keys, capped: tuple[list[str], int] | None = None
+    ) -> tuple[Claims, dict[tuple[RunId, int], str]]:
+        """`claim` (or, given `capped` — the batch's capped tenants and the hold delay in ms —
+        `claim_capped`), except that when the database refuses the statement for its data (a
+        value the run row cannot hold that decoding let through), the halves are claimed apart
+        until each culprit is alone: the rest of the batch is claimed. Returns the claims and,
+        per refused (run, attempt), the database's reason. An unavailable database raises."""
         try:
-            return await self.claim(keys), {}
+            if capped is None:
+                return await self.claim(keys), {}
+            return await self.claim_capped(keys, *capped), {}
         except DB_ERRORS as exc:
             if not is_data_error(exc):
                 raise
@@ -174,8 +206,8 @@ class RunStore:
                 return {}, {(keys.run(0), keys.attempts[0]): f"the database refused it: {exc}"}
             log.warning("a claim of %d runs was refused for its data; isolating it", len(keys))
         half = len(keys) // 2
-        first, refused_first = await self.claim_isolating(keys.part(0, half))
-        second, refused_second = await self.claim_isolating(keys.part(half, len(keys)))
+        first, refused_first = await self.claim_isolating(keys.part(0, half), capped)
+        second, refused_second = await self.claim_isolating(keys.part(half, len(keys)), capped)
         return first | second, refused_first | refused_second
 
     async def statuses(self, runs: Sequence[RunId]) -> dict[RunId, tuple[str, int, bool]]:

@@ -16,8 +16,10 @@ A job may name `"target": {"url", "method", "headers"}` instead of a handler. Fo
        inside our network must not reach it by default. The request then goes to the checked
        address (the Host header and TLS SNI keep the name), so a second DNS answer cannot
        swap in another address (DNS rebinding);
-    3. the host's token bucket gives the pace (waiting for a token, not failing) and its
-       circuit breaker, when open, fails the call fast as retryable;
+    3. the host's cluster-wide rate gives the pace (waiting for a send instant, not failing)
+       and its shared circuit breaker, when open, fails the call fast as retryable: both are
+       the `Gate`'s, `workers/host_limits.py`, their state in Postgres for all workers; a 5xx,
+       a 429, a timeout or a connection error counts as a failure of the host;
     4. the response decides: 2xx success; 3xx with Location: next hop; 408, 429, 5xx,
        timeouts and connection errors retryable; any other status permanent. A refused URL
        or address is permanent: retrying cannot make it allowed.
@@ -42,18 +44,17 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 import orjson
 
 from tickwheel.target_rules import TargetError, entry_networks, matching_entry
+from tickwheel.wire.job import RATE_LIMIT_MAX
 from tickwheel.workers.handlers import PermanentError
-from tickwheel.workers.limits import CircuitBreaker, TokenBucket
 
 MAX_REDIRECTS = 5
 # Addresses that are not loopback or link-local by the ipaddress module's rules, yet serve
@@ -68,6 +69,7 @@ PRIVATE_NETWORKS = tuple(
 )
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 RETRYABLE_STATUSES = frozenset({408, 429})
+THROTTLED = 429  # a host saying "too many": a failure for its breaker, as a 5xx is
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[Address]]]  # host, port → its addresses
@@ -80,10 +82,23 @@ class RetryableTargetError(Exception):
 @dataclass(frozen=True)
 class TargetPolicy:
     allowlist: tuple[str, ...]
-    rate_per_s: float  # requests per second per host
-    burst: int  # requests a host may get at once
-    breaker_failures: int  # consecutive failures that open a host's breaker
-    breaker_cooldown_s: float
+
+
+class Gate(Protocol):
+    """A host's rate and breaker (`workers/host_limits.py`: `HostLimiter`)."""
+
+    async def slot(self, host: str, port: int) -> str:
+        """Wait until the call may go; return the host's key. Raises RetryableTargetError
+        while the host's breaker is open."""
+        ...
+
+    async def share(self, job: str, rate_per_s: float, burst: int) -> None:
+        """Wait for an instant of a job's own rate (`target.limit`), before its host's."""
+        ...
+
+    async def failed(self, key: str) -> None: ...
+
+    async def succeeded(self, key: str) -> None: ...
 
 
 def allowlist_entry(url: str, allowlist: Sequence[str]) -> str | None:
@@ -162,23 +177,25 @@ def address_permitted(address: Address, entry: str) -> bool:
 
 
 class HttpTargets:
-    """Calls HTTP targets for one worker process: one client, a bucket and breaker per host."""
+    """Calls HTTP targets for one worker process: one client; each host's rate and breaker
+    through the gate."""
 
     def __init__(
         self,
         policy: TargetPolicy,
+        gate: Gate,
         client: httpx.AsyncClient | None = None,
         resolve: Resolver | None = None,
     ) -> None:
         self.policy = policy
+        self.gate = gate
         self.resolve = resolve or _resolve
         self.client = client or httpx.AsyncClient(
             follow_redirects=False,
             trust_env=False,  # no proxy from the environment: we pinned the address
             timeout=None,  # the run's timeout_ms bounds the whole call (the executor's)
         )
-        self._buckets: dict[str, TokenBucket] = {}
-        self._breakers: dict[str, CircuitBreaker] = {}
+        self._counting: set[asyncio.Task[None]] = set()  # failures of cancelled calls
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -192,6 +209,10 @@ class HttpTargets:
         extra = target.get("headers") or {}
         if not isinstance(extra, dict):
             raise PermanentError("target.headers must be an object of strings")
+        limit = target.get("limit")
+        if limit is not None:
+            rate, burst = _limit_of(limit)
+            await self.gate.share(run_key.rpartition("@")[0], rate, burst)
         body: bytes | None = orjson.dumps(payload)
         origin = url
         for _hop in range(MAX_REDIRECTS + 1):
@@ -223,12 +244,7 @@ class HttpTargets:
         parts = urlsplit(url)
         host, port = parts.hostname or "", _port(parts)
         address = await self._checked_address(host, port, entry)
-        bucket = self._bucket(host, port)
-        while (wait_s := bucket.take(time.monotonic())) > 0:
-            await asyncio.sleep(wait_s)
-        breaker = self._breaker(host, port)
-        if not breaker.allow(time.monotonic()):
-            raise RetryableTargetError(f"circuit open for {host}:{port} after repeated failures")
+        key = await self.gate.slot(host, port)
         headers = {str(k): str(v) for k, v in extra.items()}
         headers["Idempotency-Key"] = run_key
         headers["Host"] = parts.netloc.rpartition("@")[2]
@@ -242,21 +258,27 @@ class HttpTargets:
                 method, pinned, headers=headers, content=body, extensions=extensions
             )
         except httpx.TimeoutException:
-            breaker.failed(time.monotonic())
+            await self.gate.failed(key)
             raise RetryableTargetError(f"target {host}:{port} timed out") from None
         except httpx.TransportError as exc:
-            breaker.failed(time.monotonic())
+            await self.gate.failed(key)
             raise RetryableTargetError(
                 f"target {host}:{port} unreachable: {type(exc).__name__}: {exc}"
             ) from None
         except BaseException:  # cancelled by the run's timeout: a failure of this host too
-            breaker.failed(time.monotonic())
+            # Counted in a task of its own: this one is being cancelled.
+            self._count_failure_later(key)
             raise
-        if response.status_code >= 500:
-            breaker.failed(time.monotonic())
+        if response.status_code >= 500 or response.status_code == THROTTLED:
+            await self.gate.failed(key)
         else:
-            breaker.succeeded()
+            await self.gate.succeeded(key)
         return response
+
+    def _count_failure_later(self, key: str) -> None:
+        task = asyncio.get_running_loop().create_task(self.gate.failed(key))
+        self._counting.add(task)
+        task.add_done_callback(self._counting.discard)
 
     async def _checked_address(self, host: str, port: int, entry: str) -> Address:
         try:
@@ -279,26 +301,25 @@ class HttpTargets:
             )
         return addresses[0]
 
-    def _bucket(self, host: str, port: int) -> TokenBucket:
-        key = f"{host}:{port}"
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = self._buckets[key] = TokenBucket(self.policy.rate_per_s, self.policy.burst)
-        return bucket
-
-    def _breaker(self, host: str, port: int) -> CircuitBreaker:
-        key = f"{host}:{port}"
-        breaker = self._breakers.get(key)
-        if breaker is None:
-            breaker = self._breakers[key] = CircuitBreaker(
-                self.policy.breaker_failures, self.policy.breaker_cooldown_s
-            )
-        return breaker
-
 
 async def _resolve(host: str, port: int) -> list[Address]:
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [ipaddress.ip_address(info[4][0]) for info in infos]
+
+
+def _limit_of(limit: Any) -> tuple[float, int]:
+    """A stored `target.limit` (checked at registration) as (rate_per_s, burst)."""
+    fields: dict[str, Any] = limit if isinstance(limit, dict) else {}
+    rate, burst = fields.get("rate_per_s"), fields.get("burst", 1)
+    if (
+        isinstance(rate, (int, float))
+        and not isinstance(rate, bool)
+        and 0 < rate <= RATE_LIMIT_MAX
+        and type(burst) is int
+        and 1 <= burst <= RATE_LIMIT_MAX
+    ):
+        return float(rate), burst
+    raise PermanentError("target.limit must hold a rate_per_s > 0 and a burst >= 1")
 
 
 def _host_of(url: str) -> str:

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import datetime as dt
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,24 +33,28 @@ import asyncpg
 import httpx
 import orjson
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
 
 from tickwheel import PermanentError, handler
+from tickwheel.clock import format_ms, now_ms
 from tickwheel.config import Settings, load_settings
 from tickwheel.crash_points import FAULT_EXIT_CODE
 from tickwheel.deployment import worker_group
-from tickwheel.domain import run_key
+from tickwheel.domain import PRIORITIES, run_key
 from tickwheel.envelopes import DeadLetter, RunEnvelope, UnreadableRun
-from tickwheel.kafka import producer
+from tickwheel.kafka import admin_client, producer
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import Process
 from tickwheel.stack import Addresses
-from tickwheel.testing import drain, produce
+from tickwheel.testing import drain, produce, unique_topics
 from tickwheel.topics import Topics
 from tickwheel.workers.handlers import Context
+from tickwheel.workers.host_limits import HORIZON_S
 from tickwheel.workers.service import Worker, make_worker
+
+from .conftest import SchedEnv
 
 pytestmark = pytest.mark.integration
 
@@ -285,6 +290,12 @@ class Subprocesses:
     def log_of(self, name: str) -> str:
         return (self.tmp / f"{name}.log").read_text()
 
+    def __enter__(self) -> Subprocesses:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop_all()
+
     def stop_all(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -296,9 +307,8 @@ class Subprocesses:
 def workers(
     stack: Addresses, db_dsn: str, topics: Topics, exec_log: Path, tmp_path: Path
 ) -> Iterator[Subprocesses]:
-    procs = Subprocesses(stack, db_dsn, topics, exec_log, tmp_path)
-    yield procs
-    procs.stop_all()
+    with Subprocesses(stack, db_dsn, topics, exec_log, tmp_path) as procs:
+        yield procs
 
 
 def free_port() -> int:
@@ -705,7 +715,8 @@ class _Server(ThreadingHTTPServer):
 
 
 class TargetServer:
-    """A local HTTP server: /ok 200, /flaky 503 then 200, /missing 404, /hop redirects."""
+    """A local HTTP server: /ok 200, /flaky 503 then 200, /missing 404, /hop redirects, /down
+    503 and /busy 429 to everything; each request's arrival (monotonic), path and run key."""
 
     def __init__(self, redirect_to: str) -> None:
         self.requests: list[tuple[float, str, str | None]] = []
@@ -729,6 +740,10 @@ class TargetServer:
                         status = 503
                     elif self.path == "/missing":
                         status = 404
+                    elif self.path == "/down":
+                        status = 503
+                    elif self.path == "/busy":
+                        status = 429
                     elif self.path == "/hop":
                         status = 307
                 self.send_response(status)
@@ -906,3 +921,268 @@ async def test_sigterm_lets_in_flight_run_finish_and_exits_zero(
     assert (await runs_of(db_dsn, tenant))["inflight"]["status"] == "succeeded"
     group = worker_group(topics.prefix)
     assert committed_total(stack.kafka, group, [topics.runs("normal")]) == 1
+
+
+# --- tests: limits that hold for the whole cluster (issue 25) -----------------------------------
+
+CLUSTER = 4  # worker processes, and partitions of each run topic: every worker gets a share
+
+
+@pytest.fixture
+def wide_topics(stack: Addresses) -> Iterator[Topics]:
+    """Run topics of CLUSTER partitions each (the range assignor gives every worker one)."""
+    with unique_topics(stack.kafka, "cl", partitions=CLUSTER) as names:
+        yield names
+
+
+@pytest.fixture
+def cluster(
+    stack: Addresses, db_dsn: str, wide_topics: Topics, exec_log: Path, tmp_path: Path
+) -> Iterator[Subprocesses]:
+    with Subprocesses(stack, db_dsn, wide_topics, exec_log, tmp_path) as procs:
+        yield procs
+
+
+def start_cluster(procs: Subprocesses, server: TargetServer, **env: str) -> list[int]:
+    """CLUSTER `tickwheel worker` processes allowed to call `server`; their metrics ports."""
+    ports = []
+    for i in range(CLUSTER):
+        port = free_port()
+        ports.append(port)
+        procs.start(
+            f"cw{i}",
+            "--metrics-port",
+            str(port),
+            TICKWHEEL_TARGET_ALLOWLIST=orjson.dumps([f"http://127.0.0.1:{server.port}/"]).decode(),
+            **env,
+        )
+    return ports
+
+
+async def settled(kafka: str, topics: Topics) -> bool:
+    """The workers' group is stable with CLUSTER members, each holding partitions."""
+    admin = admin_client(kafka)
+    group = worker_group(topics.prefix)
+    found = await asyncio.to_thread(lambda: admin.describe_consumer_groups([group])[group].result())
+    return bool(
+        found.state == ConsumerGroupState.STABLE
+        and len(found.members) == CLUSTER
+        and all(m.assignment.topic_partitions for m in found.members)
+    )
+
+
+def metric_total(ports: list[int], name: str) -> float:
+    """A metric's samples summed over every worker (and every label)."""
+    pattern = re.compile(rf"^{name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
+    return sum(float(v) for port in ports for v in pattern.findall(scrape(port)))
+
+
+def busiest_second(times: list[float]) -> int:
+    """The most arrivals in any one-second window."""
+    times = sorted(times)
+    return max((sum(1 for t in times[i:] if t < start + 1.0) for i, start in enumerate(times)))
+
+
+async def test_four_workers_hold_a_host_to_its_cluster_wide_rate(
+    stack: Addresses,
+    db_dsn: str,
+    wide_topics: Topics,
+    tenant: str,
+    cluster: Subprocesses,
+    target_server: TargetServer,
+) -> None:
+    """four worker processes calling one host limited to 50/s (burst 10) for the cluster send
+    it no more than 50 + 10 requests in any second, measured at the host; every run succeeds,
+    each called once, and the workers ask Postgres once per batch of calls, not per call"""
+    rate, burst, runs = 50, 10, 250
+    specs = [
+        RunSpec(
+            f"r-{i}",
+            handler=None,
+            target=target(target_server, "/ok"),
+            priority=PRIORITIES[i % len(PRIORITIES)],
+            timeout_ms=60_000,
+        )
+        for i in range(runs)
+    ]
+    await create_runs(db_dsn, tenant, specs)
+    limits = {f"127.0.0.1:{target_server.port}": {"rate_per_s": rate, "burst": burst}}
+    ports = start_cluster(  # the default far above: the host's own limit is what binds
+        cluster,
+        target_server,
+        TICKWHEEL_TARGET_LIMITS=orjson.dumps(limits).decode(),
+        TICKWHEEL_TARGET_RATE_PER_S="5000",
+        TICKWHEEL_TARGET_BURST="500",
+    )
+    await wait_for(lambda: settled(stack.kafka, wide_topics), 90, "the group settled")
+    publish(stack.kafka, wide_topics, tenant, specs)
+    await wait_for(lambda: statuses_are(db_dsn, tenant, "succeeded", runs), 120, "every run")
+    rows = await runs_of(db_dsn, tenant)
+    keys = [key for _, _, key in target_server.requests]
+    assert len(keys) == runs and len(set(keys)) == runs
+    assert len({r["worker"] for r in rows.values()}) == CLUSTER
+    times = [t for t, _, _ in target_server.requests]
+    busiest, span_s = busiest_second(times), max(times) - min(times)
+    takes = metric_total(ports, "tickwheel_worker_target_takes_total")
+    print(f"busiest second: {busiest}; span {span_s:.2f} s; {takes:.0f} take statements")
+    # Arrivals are stamped by a server thread of this process on a busy two-core machine: a
+    # stall bunches them, and a worker's event loop may send a little after its instant
+    # while another sends on time; hence 20 % over rate + burst. Per-worker limits (before
+    # issue 25) sent four times the rate: 200 and more in the busiest second.
+    assert busiest <= (rate + burst) * 1.2
+    assert span_s >= (runs - burst) / rate * 0.95
+    # A worker whose calls queue asks about once per horizon, whatever their number.
+    assert takes <= CLUSTER * (span_s / HORIZON_S + 3) and takes < runs / 2
+
+
+@pytest.mark.parametrize(("path", "status"), [("/down", 503), ("/busy", 429)])
+async def test_a_failing_host_opens_every_workers_breaker_after_k_failures_in_total(
+    stack: Addresses,
+    db_dsn: str,
+    wide_topics: Topics,
+    tenant: str,
+    cluster: Subprocesses,
+    target_server: TargetServer,
+    path: str,
+    status: int,
+) -> None:
+    """a host answering 503 (or 429) to everything gets about K requests from four workers
+    together, not K per worker: the failures are counted for the cluster, the breaker opens
+    once, and every worker fails its other runs fast, which follow the retry path"""
+    failures, runs = 5, 40
+    specs = [
+        RunSpec(f"f-{i}", handler=None, target=target(target_server, path), max_attempts=3)
+        for i in range(runs)
+    ]
+    for i, spec in enumerate(specs):
+        spec.priority = PRIORITIES[i % len(PRIORITIES)]
+    await create_runs(db_dsn, tenant, specs)
+    limits = {f"127.0.0.1:{target_server.port}": {"rate_per_s": 10, "burst": 1}}
+    ports = start_cluster(
+        cluster,
+        target_server,
+        TICKWHEEL_TARGET_LIMITS=orjson.dumps(limits).decode(),
+        TICKWHEEL_TARGET_BREAKER_FAILURES=str(failures),
+        TICKWHEEL_TARGET_BREAKER_COOLDOWN_S="300",
+    )
+    await wait_for(lambda: settled(stack.kafka, wide_topics), 90, "the group settled")
+    publish(stack.kafka, wide_topics, tenant, specs)
+    await wait_for(lambda: statuses_are(db_dsn, tenant, "retrying", runs), 60, "every attempt")
+    sent = sum(1 for _, p, _ in target_server.requests if p == path)
+    print(f"{path}: {sent} requests reached the host")
+    assert failures <= sent <= 2 * failures, sent  # per-worker breakers: up to 4 x K = 20
+    rows = (await runs_of(db_dsn, tenant)).values()
+    called = [r for r in rows if f"HTTP {status}" in r["last_error"]]
+    refused = [r for r in rows if "circuit open" in r["last_error"]]
+    assert len(called) == sent and len(refused) == runs - sent
+    assert {r["worker"] for r in refused} == {r["worker"] for r in rows}
+    assert len({r["worker"] for r in rows}) == CLUSTER
+    conn = await asyncpg.connect(db_dsn)
+    try:
+        host = await conn.fetchrow(
+            "SELECT failures, opens, open_until > now() AS open FROM target_hosts WHERE host = $1",
+            f"127.0.0.1:{target_server.port}",
+        )
+    finally:
+        await conn.close()
+    assert host["opens"] == 1 and host["open"] and host["failures"] == sent
+    assert metric_total(ports, "tickwheel_worker_target_breaker_opens_total") == 1
+
+
+async def test_a_capped_tenant_never_runs_more_than_its_cap_across_workers(
+    sched: SchedEnv, wide_topics: Topics, tmp_path: Path
+) -> None:
+    """a tenant capped at 3 (`tickwheel tenant cap`) never has more than 3 runs running across
+    four workers, sampled in job_runs while its 24 runs are due at once; the runs held back
+    wait, through the database and the leader, and all succeed with their wait recorded and
+    no attempt spent; an uncapped tenant due at the same instant is never held"""
+    cap, runs = 3, 24
+    sched.env["TICKWHEEL_TOPIC_PREFIX"] = wide_topics.prefix
+    sched.topics = wide_topics
+    capped = sched.tenant
+    other = replace(sched, tenant=f"u{uuid.uuid4().hex[:8]}")
+    await sched.fetch("INSERT INTO tenants (name) VALUES ($1)", other.tenant)
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [TICKWHEEL, "tenant", "cap", capped, "--max-running", str(cap)],
+        env={**os.environ, **sched.env},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"tenant {capped}: at most {cap} runs running at once"
+    at = format_ms(now_ms() + 12_000)
+    for env in (sched, other):
+        await env.register(
+            *(
+                {"id": f"c-{i}", "at": at, "handler": "test.sleep", "payload": {"sleep_s": 0.4}}
+                for i in range(runs)
+            )
+        )
+    # The module's database holds earlier tests' runs, which this test's leader would sweep
+    # (re-publish, re-dispatch) to its workers: they are finished first.
+    await sched.fetch(
+        "UPDATE job_runs SET status = 'succeeded', finished_at = now() WHERE tenant <> ALL($1)"
+        " AND status IN ('pending', 'published', 'running', 'retrying')",
+        [capped, other.tenant],
+    )
+    log = tmp_path / "executions.log"
+    log.touch()
+    sched.spawn("s1")
+    for i in range(CLUSTER):
+        sched.spawn_command(
+            f"cw{i}",
+            ["worker", "--handlers", "worker_handlers", "--id", f"cw{i}", "--concurrency", "8"],
+            TW_TEST_LOG=str(log),
+            PYTHONPATH=HERE,
+            TICKWHEEL_KAFKA_SESSION_TIMEOUT_MS="6000",
+            TICKWHEEL_TENANT_CAP_HOLD_MS="200",
+        )
+    peak: Counter[str] = Counter()
+    conn = await asyncpg.connect(sched.dsn)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            rows = await conn.fetch(
+                "SELECT tenant, count(*) FILTER (WHERE status = 'running') AS running,"
+                " count(*) FILTER (WHERE status = 'succeeded') AS succeeded"
+                " FROM job_runs WHERE tenant = ANY($1) GROUP BY tenant",
+                [capped, other.tenant],
+            )
+            for row in rows:
+                peak[row["tenant"]] = max(peak[row["tenant"]], row["running"])
+            if sum(row["succeeded"] for row in rows) == 2 * runs:
+                break
+            assert time.monotonic() < deadline, f"runs unfinished: {[dict(r) for r in rows]}"
+            await asyncio.sleep(0.03)
+        held = await conn.fetch(
+            "SELECT tenant, job_id, attempt, max_attempts, holds, held_ms, cap_tracked"
+            " FROM job_runs WHERE tenant = ANY($1)",
+            [capped, other.tenant],
+        )
+    finally:
+        await conn.close()
+    print(f"peaks running: {dict(peak)}")
+    assert peak[capped] == cap
+    assert peak[other.tenant] > cap
+    mine = [r for r in held if r["tenant"] == capped]
+    theirs = [r for r in held if r["tenant"] == other.tenant]
+    assert all(r["cap_tracked"] for r in mine)
+    assert all(r["attempt"] - r["holds"] == 1 for r in mine)  # a hold spends no attempt
+    assert all(r["max_attempts"] - r["holds"] == 5 for r in mine)
+    waited = [r for r in mine if r["holds"]]
+    assert len(waited) >= runs - CLUSTER * cap and all(r["held_ms"] > 0 for r in waited)
+    assert all(r["holds"] == 0 and not r["cap_tracked"] for r in theirs)
+    executed = executions(log)
+    assert all(line.startswith((f"{capped}/", f"{other.tenant}/")) for line in executed)
+    assert len(executed) == 2 * runs and set(executed.values()) == {1}
+    listed = await asyncio.to_thread(
+        subprocess.run,
+        [TICKWHEEL, "tenant", "ls", "--json"],
+        env={**os.environ, **sched.env},
+        capture_output=True,
+        text=True,
+    )
+    tenants = {t["tenant"]: t for t in orjson.loads(listed.stdout)["items"]}
+    assert (tenants[capped]["max_running"], tenants[capped]["running"]) == (cap, 0)
+    assert (tenants[other.tenant]["max_running"], tenants[other.tenant]["running"]) == (None, None)

@@ -41,3 +41,10 @@ async def switchable(ctx: Any, _payload: Any) -> None:
     _note(ctx)
     if os.path.exists(os.environ["TW_TEST_BROKEN"]):
         raise RuntimeError("the downstream is broken (test switch)")
+
+
+@handler("test.sleep")
+async def sleep(ctx: Any, payload: Any) -> None:
+    """Note the execution, then sleep `sleep_s` (every attempt)."""
+    _note(ctx)
+    await asyncio.sleep(payload.get("sleep_s", 0))

@@ -31,12 +31,7 @@ def test_unknown_query_name_is_a_clear_key_error() -> None:
         QUERIES["no_such_query"]
 
 
-# Numbers another branch holds: 0011 is branch `targets`' (tenants.max_running, issue 25),
-# merged beside this one's 0012. Empty again once both are on main.
-RESERVED_MIGRATIONS = {11}
-
-
 def test_migrations_are_numbered_from_one_without_gaps() -> None:
     """migration files are 0001, 0002, … in order"""
-    versions = sorted({m.version for m in migrations()} | RESERVED_MIGRATIONS)
+    versions = sorted(m.version for m in migrations())
     assert versions == list(range(1, len(versions) + 1))

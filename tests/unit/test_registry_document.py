@@ -64,6 +64,15 @@ def test_defaults_are_filled_in() -> None:
         ({"dst": {"gap": "wrap"}}, "dst.gap"),
         ({"overlap": "queue"}, "overlap"),
         ({"target": {"url": "https://x.test/", "extra": 1}}, "target.extra"),
+        (
+            {"target": {"url": "https://x.test/", "limit": {"rate_per_s": 0}}},
+            "target.limit.rate_per_s",
+        ),
+        ({"target": {"url": "https://x.test/", "limit": {"burst": 2}}}, "target.limit.rate_per_s"),
+        (
+            {"target": {"url": "https://x.test/", "limit": {"rate_per_s": 5, "burst": 0}}},
+            "target.limit.burst",
+        ),
     ],
 )
 def test_shape_errors_name_the_field(change: dict[str, Any], field: str) -> None:

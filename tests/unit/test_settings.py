@@ -196,3 +196,32 @@ def test_an_allowlist_entry_may_name_private_ranges(monkeypatch: pytest.MonkeyPa
     assert load_settings().target_allowlist == [
         "https://billing.internal/hooks 10.20.0.0/16 fd12::/48"
     ]
+
+
+@pytest.mark.parametrize(
+    ("limits", "words"),
+    [
+        ('{"https://gw.example/": {"rate_per_s": 5, "burst": 1}}', "a key is a host name"),
+        ('{"gw.example": {"rate_per_s": 0, "burst": 1}}', "rate_per_s"),
+        ('{"gw.example": {"rate_per_s": 5, "burst": 0}}', "burst"),
+        ('{"gw.example": {"burst": 5}}', "rate_per_s"),
+        ('{"gw.example": {"rate_per_s": 5, "burst": 1, "extra": 1}}', "extra"),
+    ],
+)
+def test_a_target_limit_that_names_no_host_or_no_rate_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, limits: str, words: str
+) -> None:
+    """TICKWHEEL_TARGET_LIMITS keys are host[:port], values a positive rate and burst"""
+    monkeypatch.setenv("TICKWHEEL_TARGET_LIMITS", limits)
+    with pytest.raises(ConfigError, match="TICKWHEEL_TARGET_LIMITS") as caught:
+        load_settings()
+    assert words.upper() in str(caught.value).upper()
+
+
+def test_target_limit_keys_ignore_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    """a host named in capitals is the host a URL names in lower case"""
+    monkeypatch.setenv(
+        "TICKWHEEL_TARGET_LIMITS", '{"GW.Example:8443": {"rate_per_s": 500, "burst": 50}}'
+    )
+    (key,) = load_settings().target_limits
+    assert key == "gw.example:8443"

@@ -13,6 +13,7 @@ import pytest
 from tickwheel.workers.handlers import PermanentError
 from tickwheel.workers.targets import (
     Address,
+    Gate,
     HttpTargets,
     RetryableTargetError,
     TargetPolicy,
@@ -86,13 +87,7 @@ def test_special_address_needs_an_entry_naming_it() -> None:
 # --- HttpTargets over a stub transport: the decisions, not the network (the integration test
 # calls a real local server) --------------------------------------------------------------------
 
-POLICY = TargetPolicy(
-    allowlist=("https://hooks.example.com/", "https://rebound.example.com/"),
-    rate_per_s=1000,
-    burst=100,
-    breaker_failures=2,
-    breaker_cooldown_s=60,
-)
+POLICY = TargetPolicy(allowlist=("https://hooks.example.com/", "https://rebound.example.com/"))
 ADDRESSES = {
     "hooks.example.com": "93.184.216.34",
     "rebound.example.com": "169.254.169.254",
@@ -103,7 +98,11 @@ async def _resolve(host: str, _port: int) -> list[Address]:
     return [ipaddress.ip_address(ADDRESSES[host])]
 
 
-def _targets(respond: Callable[[httpx.Request], httpx.Response]) -> tuple[HttpTargets, list[Any]]:
+def _targets(
+    respond: Callable[[httpx.Request], httpx.Response], gate: Gate | None = None
+) -> tuple[HttpTargets, list[Any]]:
+    """HttpTargets over a stub transport; its gate one that never waits unless given."""
+    gate = gate or _open_gate()
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -111,7 +110,7 @@ def _targets(respond: Callable[[httpx.Request], httpx.Response]) -> tuple[HttpTa
         return respond(request)
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    return HttpTargets(POLICY, client=client, resolve=_resolve), seen
+    return HttpTargets(POLICY, gate, client=client, resolve=_resolve), seen
 
 
 TARGET = {"url": "https://hooks.example.com/tw/invoice", "method": "POST"}
@@ -173,15 +172,42 @@ async def test_redirect_outside_the_allowlist_is_refused() -> None:
     assert len(seen) == 1
 
 
-async def test_open_breaker_fails_fast_without_calling() -> None:
-    """after K consecutive 5xx the host gets no request until the cool-down"""
-    targets, seen = _targets(lambda _r: httpx.Response(502))
+@pytest.mark.parametrize("status", [502, 429])
+async def test_open_breaker_fails_fast_without_calling(
+    make_limiter: Callable[..., Any], status: int
+) -> None:
+    """after K consecutive 5xx (or 429: the host says too many) the host gets no request until
+    the cool-down"""
+    limiter, hosts = make_limiter(failures=2)
+    targets, seen = _targets(lambda _r: httpx.Response(status), limiter)
     for _ in range(2):
-        with pytest.raises(RetryableTargetError, match="HTTP 502"):
+        with pytest.raises(RetryableTargetError, match=f"HTTP {status}"):
             await targets.call(TARGET, {}, "acme/inv@1")
+    statements = len(hosts.statements)
     with pytest.raises(RetryableTargetError, match="circuit open"):
         await targets.call(TARGET, {}, "acme/inv@1")
     assert len(seen) == 2
+    assert len(hosts.statements) == statements  # failed fast from the cache: no round trip
+
+
+class _OpenGate:
+    """A gate that never waits and keeps no breaker: the tests of checks and redirects."""
+
+    async def slot(self, host: str, port: int) -> str:
+        return f"{host}:{port}"
+
+    async def share(self, job: str, rate_per_s: float, burst: int) -> None:
+        pass
+
+    async def failed(self, key: str) -> None:
+        pass
+
+    async def succeeded(self, key: str) -> None:
+        pass
+
+
+def _open_gate() -> Gate:
+    return _OpenGate()
 
 
 SECRET_HEADERS = {"Authorization": "Bearer s3cret", "X-Api-Key": "k3y", "Accept": "text/plain"}
@@ -210,11 +236,7 @@ async def test_a_redirect_to_another_origin_carries_none_of_the_targets_headers(
             "https://hooks.example.com:8443/",
             "https://other.example.com/",
             "http://hooks.example.com/",
-        ),
-        rate_per_s=1000,
-        burst=100,
-        breaker_failures=5,
-        breaker_cooldown_s=60,
+        )
     )
     seen: list[httpx.Request] = []
 
@@ -230,7 +252,7 @@ async def test_a_redirect_to_another_origin_carries_none_of_the_targets_headers(
         ]
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(respond))
-    targets = HttpTargets(policy, client=client, resolve=resolve)
+    targets = HttpTargets(policy, _open_gate(), client=client, resolve=resolve)
     await targets.call({**TARGET, "headers": SECRET_HEADERS}, {}, "acme/inv@1")
     first, hop = seen
     assert first.headers["authorization"] == "Bearer s3cret"
@@ -296,9 +318,9 @@ async def test_a_name_resolving_to_a_private_address_is_refused_at_call_time() -
         return [ipaddress.ip_address("10.0.0.5")]
 
     def targets(entry: str) -> HttpTargets:
-        policy = TargetPolicy((entry,), 1000, 100, 5, 60)
+        policy = TargetPolicy((entry,))
         client = httpx.AsyncClient(transport=httpx.MockTransport(respond))
-        return HttpTargets(policy, client=client, resolve=resolve)
+        return HttpTargets(policy, _open_gate(), client=client, resolve=resolve)
 
     with pytest.raises(PermanentError, match=r"10\.0\.0\.5, .*private"):
         await targets("https://hooks.example.com/").call(TARGET, {}, "acme/inv@1")
@@ -312,3 +334,27 @@ def test_an_entry_with_a_range_still_matches_its_url() -> None:
     entry = "https://hooks.example.com/tw 10.0.0.0/8"
     assert allowlist_entry("https://hooks.example.com/tw/x", [entry]) == entry
     assert allowlist_entry("https://hooks.example.com/other", [entry]) is None
+
+
+async def test_a_target_with_its_own_limit_waits_for_the_job_then_the_host() -> None:
+    """a job's `target.limit` is asked for (as the job's share, by run key) before the host's
+    slot; a job without one never is"""
+    asked: list[tuple[str, Any]] = []
+
+    class Recording(_OpenGate):
+        async def slot(self, host: str, port: int) -> str:
+            asked.append(("slot", host))
+            return await super().slot(host, port)
+
+        async def share(self, job: str, rate_per_s: float, burst: int) -> None:
+            asked.append(("share", (job, rate_per_s, burst)))
+
+    targets, _ = _targets(lambda _r: httpx.Response(204), Recording())
+    limited = {**TARGET, "limit": {"rate_per_s": 5, "burst": 2}}
+    await targets.call(limited, {}, "acme/inv@1")
+    await targets.call(TARGET, {}, "acme/inv@2")
+    assert asked == [
+        ("share", ("acme/inv", 5.0, 2)),
+        ("slot", "hooks.example.com"),
+        ("slot", "hooks.example.com"),
+    ]

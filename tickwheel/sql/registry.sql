@@ -211,13 +211,25 @@ SET jobs = (SELECT count(*) FROM jobs j WHERE j.tenant = u.tenant AND j.status <
 WHERE u.tenant = $1
 RETURNING jobs
 
+-- tenant_set_max_running --
+-- `tickwheel tenant cap`: a tenant's cap on its runs running at once (NULL: none). Workers
+-- read it within a few seconds (workers/tenant_caps.py). No row back: no such tenant.
+-- $1 tenant, $2 max_running or NULL
+UPDATE tenants SET max_running = $2::integer WHERE name = $1::text RETURNING name, max_running
+
 -- tenants_list --
--- Tenants with their quotas, registered jobs and active keys (`tickwheel tenant ls`); one
--- tenant when $1 names it.
+-- Tenants with their quotas, registered jobs, active keys and cap (`tickwheel tenant ls`); one
+-- tenant when $1 names it. For a capped tenant, its runs running now across the cluster (the
+-- runs claimed under the cap, index job_runs_capped_running); $2 'running'.
 SELECT t.name, t.created_at, t.max_jobs, t.max_registrations_per_s, t.registrations_burst,
        coalesce(u.jobs, 0) AS jobs,
        (SELECT count(*) FROM api_keys k WHERE k.tenant = t.name AND k.revoked_at IS NULL)
-           AS active_keys
+           AS active_keys,
+       t.max_running,
+       CASE WHEN t.max_running IS NOT NULL THEN
+           (SELECT count(*) FROM job_runs r
+            WHERE r.tenant = t.name AND r.cap_tracked AND r.status = $2::text)
+       END AS running
 FROM tenants t
 LEFT JOIN tenant_usage u ON u.tenant = t.name
 WHERE $1::text IS NULL OR t.name = $1

@@ -47,6 +47,7 @@ __all__ = [
     "PriorityValue",
     "StrictModel",
     "Target",
+    "TargetLimit",
 ]
 
 HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
@@ -107,10 +108,29 @@ class Dst(StrictModel):
     overlap: DstOverlapValue = DstOverlap.FIRST.value
 
 
+RATE_LIMIT_MAX = 1_000_000  # requests per second, and a burst, at most
+
+
+class TargetLimit(StrictModel):
+    """A rate for calls to a target: a deployment's per host (TICKWHEEL_TARGET_LIMITS), or a
+    job's own share (`target.limit`), which only ever lowers what the job sends: its calls
+    wait for the job's rate AND then for the host's (workers/host_limits.py)."""
+
+    rate_per_s: float = Field(..., gt=0, le=RATE_LIMIT_MAX, description="calls per second")
+    burst: int = Field(1, ge=1, le=RATE_LIMIT_MAX, description="calls at once")
+
+
 class Target(StrictModel):
     url: str = Field(..., min_length=1, max_length=2048)
     method: Literal["POST", "PUT", "PATCH"] = "POST"
     headers: dict[str, str] = Field(default_factory=dict)
+    limit: TargetLimit | None = Field(
+        None,
+        # Left out of the stored document when absent: jobs without one keep their rows.
+        exclude_if=lambda limit: limit is None,
+        description="this job's own rate for its calls, for all workers together; the "
+        "deployment's limit of the host still holds (a job cannot raise it)",
+    )
 
 
 class JobDocument(StrictModel):
