@@ -9,7 +9,6 @@ import asyncpg
 from tickwheel.queries import QUERIES
 from tickwheel.workers.gcra import Rate
 from tickwheel.workers.host_limits import PROBE_LEASE_S, Failed, Take
-from tickwheel.workers.store import RUNNING
 
 
 class LimitStore:
@@ -49,5 +48,10 @@ class LimitStore:
 
     async def tenant_caps(self) -> list[tuple[str, int, int]]:
         """(tenant, max_running, running now across the cluster) of every capped tenant."""
-        rows = await self.pool.fetch(QUERIES["tenant_caps"], RUNNING)
-        return [(r["name"], r["max_running"], r["running"]) for r in rows]
+        caps = await self.pool.fetch(QUERIES["tenant_caps"])
+        if not caps:
+            return []
+        names = [r["name"] for r in caps]
+        rows = await self.pool.fetch(QUERIES["tenant_caps_running"], names)
+        running: dict[str, int] = {r["tenant"]: r["running"] for r in rows}
+        return [(r["name"], r["max_running"], running.get(r["name"], 0)) for r in caps]

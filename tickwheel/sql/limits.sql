@@ -93,14 +93,20 @@ WHERE host = $1::text
   AND (failures > 0 OR open_until IS NOT NULL OR probe_owner IS NOT NULL)
 
 -- tenant_caps --
--- The capped tenants, their cap and how many of their runs run now across the cluster (index
--- job_runs_capped_running): the workers' cache, refreshed every few seconds.
--- $1 'running'
-SELECT t.name, t.max_running,
-       (SELECT count(*) FROM job_runs r
-        WHERE r.tenant = t.name AND r.cap_tracked AND r.status = $1::text) AS running
-FROM tenants t
-WHERE t.max_running IS NOT NULL
+-- The capped tenants and their cap: the workers' cache, refreshed every few seconds. Their
+-- runs running now come from `tenant_caps_running`, asked only when some tenant is capped.
+-- (As one statement with the count as a correlated subquery on a status parameter, the
+-- workers' generic plan took ~2 s per call with no tenant capped during a hot second, 32
+-- calls costing more Postgres time than the leaders' claims: docs/BENCHMARKS.md.)
+SELECT name, max_running FROM tenants WHERE max_running IS NOT NULL
+
+-- tenant_caps_running --
+-- Runs running now across the cluster per capped tenant ($1), through the partial index
+-- job_runs_capped_running: its predicate's literal status lets the planner use it.
+SELECT tenant, count(*) AS running
+FROM job_runs
+WHERE tenant = ANY ($1::text[]) AND cap_tracked AND status = 'running'
+GROUP BY tenant
 
 -- tenant_cap_lock --
 -- The first statement of a capped claim's transaction: the capped tenants' rows, locked in
