@@ -26,7 +26,22 @@ class JsonLines(logging.Formatter):
                 body[key] = value
         if record.exc_info:
             body["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(body, default=str).decode()
+        try:
+            return orjson.dumps(body, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+        except TypeError:  # a key orjson cannot write (a tuple): the line is not lost for it
+            return orjson.dumps(_str_keys(body), default=str).decode()
+
+
+def _str_keys(value: Any) -> Any:
+    """`value` with every mapping's keys as text, a tuple key joined by '/'."""
+    if isinstance(value, dict):
+        return {
+            "/".join(map(str, k)) if isinstance(k, tuple) else str(k): _str_keys(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_str_keys(v) for v in value]
+    return value
 
 
 def setup(level: str = "INFO") -> None:

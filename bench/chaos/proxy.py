@@ -22,7 +22,9 @@ How it reads the protocol (PostgreSQL's frontend/backend protocol, version 3):
 
 Armed, the proxy forwards everything as usual until a statement with the marker is bound or
 sent; from then on it holds the server's replies of each command cycle until its
-`ReadyForQuery` (or a COPY's start, which the client must see to send its rows): `T` (still
+`ReadyForQuery` (or a COPY's start, which the client must see to send its rows, or the replies to
+messages the client ended with a `Flush` instead of a `Sync` — asyncpg prepares a statement
+with Parse, Describe, Flush, and no `ReadyForQuery` answers that): `T` (still
 inside the transaction) releases them, `I` after a clean cycle
 means the commit landed — the replies are dropped, both connections are cut (the client's with
 a reset) and the cut is recorded; anything else releases them and disarms nothing. Unarmed it
@@ -32,6 +34,7 @@ only frames messages. One cut per arming.
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import time
 from dataclasses import dataclass, field
@@ -41,6 +44,7 @@ GSSENC_REQUEST = 80877104
 HEADER = struct.Struct("!cI")  # type byte, length (counting itself, not the type)
 READ_CHUNK = 65536
 COPY_STARTS = (b"G", b"H", b"W")  # CopyIn/CopyOut/CopyBothResponse: the client answers them
+log = logging.getLogger("tickwheel.chaos.proxy")
 
 
 @dataclass
@@ -110,12 +114,17 @@ class Session:
         self.failed = False
         self.held: list[bytes] = []
         self.cut = False
+        self.flushing = False  # the client's last message was a Flush: its replies end no cycle
 
     # client → server ------------------------------------------------------------------------
 
     def on_client_message(self, kind: bytes, message: bytes) -> None:
         body = message[5:]
         text: str | None = None
+        if kind == b"H":
+            self.flushing = True
+        elif kind in (b"S", b"Q"):
+            self.flushing = False
         if kind == b"Q":
             text, _ = _cstring(body, 0)
         elif kind == b"P":
@@ -138,7 +147,9 @@ class Session:
         self.held.append(message)
         if kind == b"E" or (kind == b"C" and message[5:].startswith(b"ROLLBACK")):
             self.failed = True
-        if kind in COPY_STARTS:  # the client waits for it before it sends its rows
+        # The client waits for these before it sends more: a COPY's start (then its rows), and
+        # the replies to what it flushed (no ReadyForQuery comes for them).
+        if kind in COPY_STARTS or (self.flushing and kind != b"Z"):
             held, self.held = self.held, []
             return held
         if kind != b"Z":
@@ -199,7 +210,12 @@ class CommitCutProxy:
         finally:
             for pump in pumps:
                 pump.cancel()
-            await asyncio.gather(*pumps, return_exceptions=True)  # a pump's end is no error
+            ends = await asyncio.gather(*pumps, return_exceptions=True)
+            for end in ends:  # a connection's end is no error; anything else is the proxy's bug
+                if isinstance(end, Exception) and not isinstance(
+                    end, OSError | asyncio.IncompleteReadError | asyncio.CancelledError
+                ):
+                    log.error("proxy session failed", exc_info=end)
             if session.cut:
                 writer.transport.abort()  # a reset: the reply never arrives
             else:

@@ -113,3 +113,25 @@ def test_a_copy_start_reaches_the_client_at_once() -> None:
     assert server(s, complete("COPY 5"), ready(b"T")) == [[], [complete("COPY 5"), ready(b"T")]]
     client(s, query("COMMIT;"))
     assert server(s, complete("COMMIT"), ready(b"I"))[-1] is None
+
+
+def test_replies_to_a_flush_reach_the_client_at_once() -> None:
+    """inside a marked transaction a statement prepared with Parse, Describe, Flush (asyncpg's
+    prepare: no Sync, so no ReadyForQuery answers it) gets its replies at once — held, the
+    client waited for them forever — and the commit that follows is still cut"""
+    cutter = CommitCutter()
+    s = Session(cutter, None)  # type: ignore[arg-type]
+    cutter.arm("jobs_stage")
+    client(s, query("CREATE TEMP TABLE IF NOT EXISTS jobs_stage (a int)"))
+    assert server(s, complete("CREATE TABLE"), ready(b"T"))[-1] == [
+        complete("CREATE TABLE"),
+        ready(b"T"),
+    ]
+    client(s, parse("s2", "SELECT a FROM jobs_stage LIMIT 1"), msg(b"D", b"Ss2\0"), msg(b"H", b""))
+    described = [msg(b"1", b""), msg(b"t", b"\0\0"), msg(b"T", b"\0\0")]
+    assert server(s, *described) == [[m] for m in described]
+    client(s, bind("s2"), msg(b"E", b"\0\0\0\0\0"), msg(b"S", b""))
+    assert server(s, complete("SELECT 0"), ready(b"T")) == [[], [complete("SELECT 0"), ready(b"T")]]
+    client(s, query("COMMIT;"))
+    assert server(s, complete("COMMIT"), ready(b"I"))[-1] is None
+    assert cutter.fired.is_set()
