@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tickwheel.envelopes import (
     REJECTION_REASON_MAX_CHARS,
@@ -16,6 +19,7 @@ from tickwheel.envelopes import (
     Rejection,
     RunEnvelope,
     UnreadableRun,
+    has_long_digit_run,
     loads_exact,
     parse_run_key,
     run_key,
@@ -157,6 +161,21 @@ def test_integers_beyond_64_bits_stay_exact() -> None:
     )
     reg = Registration.decode(raw)
     assert reg.job is not None and reg.job["n"] == 123456789012345678901234567890
+
+
+@settings(max_examples=400)
+@given(st.text(alphabet="0123456789 ,.-e٣x", max_size=60))
+def test_the_long_digit_check_finds_what_the_regex_found(text: str) -> None:
+    """the translate-based check agrees with `[0-9]{19,}` on text and bytes: ASCII digits
+    only (an Arabic-Indic digit is no digit to it), runs of 18 are not long"""
+    expected = re.search(r"[0-9]{19,}", text) is not None
+    assert has_long_digit_run(text) is expected
+    assert has_long_digit_run(text.encode()) is expected
+
+
+def test_a_run_of_18_digits_is_not_long_and_19_is() -> None:
+    assert not has_long_digit_run(b'{"n": 123456789012345678}')
+    assert has_long_digit_run(b'{"n": 1234567890123456789}')
 
 
 def test_a_job_payload_as_text_loads_any_json_value_exactly() -> None:
