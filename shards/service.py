@@ -30,7 +30,7 @@ from kazoo.exceptions import KazooException
 from tickwheel import db
 from tickwheel.config import Settings
 from tickwheel.deployment import zk_root
-from tickwheel.kafka import producer
+from tickwheel.kafka import ONLY_ERROR_REPORTS, producer
 from tickwheel.runtime import Process, tune_gc
 from tickwheel.schedule import ScheduleCache
 from tickwheel.shards import store
@@ -110,7 +110,11 @@ class Scheduler:
         )
         clock = DbClock()  # synced below, before any leader publishes
         self._outbox = Outbox(
-            producer(s.effective_kafka, **{"client.id": f"scheduler-{uuid.uuid4().hex[:8]}"}),
+            producer(
+                s.effective_kafka,
+                **{"client.id": f"scheduler-{uuid.uuid4().hex[:8]}"},
+                **ONLY_ERROR_REPORTS,
+            ),
             Topics(s.topic_prefix),
             clock.now_ms,
         )

@@ -461,6 +461,9 @@ class PublishError(RuntimeError):
         self.failed = failed
 
 
+# For a producer whose messages all go through `publish_confirmed`: delivery reports for
+# failures only (a success is known when `flush` drains the queue).
+ONLY_ERROR_REPORTS: dict[str, Any] = {"delivery.report.only.error": True}
 SERVE_EVERY = 1000  # messages produced between two servings of delivery reports
 
 
@@ -536,8 +539,12 @@ def publish_confirmed(
                 break
         if index % SERVE_EVERY == SERVE_EVERY - 1:
             producer.poll(0)  # serve delivery reports now and then, not per message
-    producer.flush(max(0.0, deadline - time.monotonic()))
-    for index in range(len(messages)):
+    if producer.flush(max(0.0, deadline - time.monotonic())) == 0:
+        # The queue drained: every message was acknowledged or reported failed. A producer
+        # made with ONLY_ERROR_REPORTS reports failures only, which spares it a delivery
+        # report per message (~4 µs of a scheduler's CPU per run).
+        return failed
+    for index in range(len(messages)):  # some still queued: only reported acks count
         if index not in acked and index not in failed:
             failed[index] = f"not acknowledged within {timeout_s:.0f}s"
     return failed
