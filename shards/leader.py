@@ -100,6 +100,7 @@ log = logging.getLogger("tickwheel.scheduler.leader")
 WHEEL_TICK_MS = 1  # exact to the millisecond (DECISIONS: recommended leader shape)
 WHEEL_SIZE = 256
 RETRY_BACKOFF_S = 1.0  # seconds a leader waits after a failed database round trip
+_NOTHING_KNOWN = (0, -1)  # below every (version, next_run_at) a job can have
 UNBLOCK_CONNECT_TIMEOUT_S = 10.0  # seconds to open (and close) the connection that ends blockers
 # A periodic step (sweep, re-sync) that fails so is logged and tried again at its next turn.
 STEP_ERRORS: tuple[type[BaseException], ...] = (*store.DB_ERRORS, PublishError)
@@ -157,7 +158,10 @@ class ShardLeader:
         )
         # The newest (version, next_run_at) applied per job key, from the horizon, the feed or
         # our own claims. Within one version next_run_at only moves forward (claims advance
-        # it), so an older pair is a stale read racing a claim and is ignored.
+        # it), so an older pair is a stale read racing a claim and is ignored. A job pending in
+        # the wheel keeps its pair in its entry; `known` holds the jobs out of the wheel (due
+        # and being claimed, claimed and done, beyond the horizon, paused): a loaded job costs
+        # no tuple and no dict slot here (~90 bytes at 1,000,000 jobs, docs/BENCHMARKS.md).
         self.known: dict[str, tuple[int, int]] = {}
         self.horizon_end_ms = 0
         self.wake = asyncio.Event()
@@ -255,7 +259,7 @@ class ShardLeader:
                 await self.dispatching.wait()
                 continue
             now = self.s.clock.now_ms()
-            due = self.wheel.advance(now)
+            due = self._advance(now)
             if due:
                 await self._dispatch(due, now)
                 continue  # a full batch may have more behind it: look again without sleeping
@@ -323,14 +327,29 @@ class ShardLeader:
 
     def _offer(self, key: str, version: int, next_ms: int, entry: JobEntry | None) -> None:
         state = (version, next_ms)
-        if state < self.known.get(key, (0, -1)):
+        pending = self.wheel.get(key)
+        if type(pending) is JobEntry:
+            if state < (pending.version, pending.next_ms):
+                return
+        elif state < self.known.get(key, _NOTHING_KNOWN):
             return
-        self.known[key] = state
         if entry is not None and next_ms < self.horizon_end_ms:
             entry.next_ms = next_ms
             self.wheel.schedule(key, next_ms, entry)
+            self.known.pop(key, None)
         else:
             self.wheel.cancel(key)
+            self.known[key] = state
+
+    def _advance(self, now: int) -> list[tuple[str, int, JobEntry | RetryEntry | None]]:
+        """The wheel's due entries; the jobs among them leave the wheel, so `known` keeps their
+        pair until their claim offers the next one."""
+        due = self.wheel.advance(now)
+        known = self.known
+        for key, _, value in due:
+            if type(value) is JobEntry:
+                known[key] = (value.version, value.next_ms)
+        return due
 
     async def _end_blockers(self, waiting_pid: int) -> None:
         """The takeover still waits for the shard's row: end the replaced leader's sessions
@@ -378,7 +397,7 @@ class ShardLeader:
                 await self._claim_retries(retries)
             if queue and self.dispatching.is_set() and not self._stopping:
                 now = self.s.clock.now_ms()
-                queue.add(v for _, _, v in self.wheel.advance(now) if v is not None)
+                queue.add(v for _, _, v in self._advance(now) if v is not None)
 
     async def _claim(self, chunk: Sequence[JobEntry], now: int) -> None:
         assert self.lease is not None

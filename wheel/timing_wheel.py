@@ -130,6 +130,11 @@ class TimingWheel(Generic[K, V]):
     def __contains__(self, key: object) -> bool:
         return key in self._index
 
+    def get(self, key: K) -> V | None:
+        """The value `key` is pending with; None if it is not pending (or has no value)."""
+        bucket = self._index.get(key)
+        return None if bucket is None else bucket[key][2]
+
     def __repr__(self) -> str:
         return (
             f"TimingWheel(tick_ms={self._tick_ms}, wheel_size={self._wheel_size}, "

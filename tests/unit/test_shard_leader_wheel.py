@@ -9,6 +9,7 @@ import pytest
 
 from tickwheel.shards.dbclock import DbClock
 from tickwheel.shards.leader import LeaderConfig, ShardLeader, Shared
+from tickwheel.shards.plan import NO_NEXT_MS
 
 pytestmark = pytest.mark.unit
 
@@ -81,6 +82,60 @@ def test_pause_and_newer_versions_win() -> None:
         assert _due(leader) == [T0 + 1000]
         leader.apply_job_row(_row(4, T0 + 3_600_000))  # outside the horizon
         assert len(leader.wheel) == 0
+
+    asyncio.run(go())
+
+
+def test_a_loaded_job_keeps_its_pair_in_its_wheel_entry_only() -> None:
+    """a job pending in the wheel has no `known` pair (its entry holds version and next_run_at:
+    no tuple, no dict slot per loaded job), and a stale row is still refused by that pair"""
+
+    async def go() -> None:
+        leader = _leader()
+        leader.apply_job_row(_row(2, T0 + 60_000))
+        assert leader.known == {} and len(leader.wheel) == 1
+        leader.apply_job_row(_row(1, T0 + 120_000))  # an older version
+        leader.apply_job_row(_row(2, T0))  # same version, earlier: a read before a claim
+        assert _due(leader) == [T0 + 60_000]
+
+    asyncio.run(go())
+
+
+def test_a_due_job_being_claimed_still_refuses_a_stale_row() -> None:
+    """entries the leader takes out of the wheel to claim them leave their pair in `known`:
+    a row read before the entry's own next_run_at, arriving while the claim runs, does not put
+    the job back into the wheel; the claim's offer of the next fire does, and the job leaves
+    `known` again"""
+
+    async def go() -> None:
+        leader = _leader()
+        leader.apply_job_row(_row(1, T0))
+        due = leader._advance(T0)
+        assert [k for k, _, _ in due] == ["acme/j"] and len(leader.wheel) == 0
+        assert leader.known == {"acme/j": (1, T0)}
+        leader.apply_job_row(_row(1, T0 - 60_000))  # stale
+        assert len(leader.wheel) == 0
+        entry = due[0][2]
+        leader._offer("acme/j", 1, T0 + 60_000, entry)  # what the claim does
+        assert leader.known == {} and _due(leader) == [T0 + 60_000]
+
+    asyncio.run(go())
+
+
+def test_a_job_out_of_the_wheel_keeps_refusing_older_rows() -> None:
+    """a one-off claimed (no next fire) or a job beyond the horizon is out of the wheel: its
+    pair stays in `known`, and an older row does not schedule it again"""
+
+    async def go() -> None:
+        leader = _leader()
+        leader.apply_job_row(_row(1, T0))
+        (key, _, entry), *_ = leader._advance(T0)
+        leader._offer(key, 1, NO_NEXT_MS, entry)  # claimed, nothing next
+        assert len(leader.wheel) == 0 and leader.known[key] == (1, NO_NEXT_MS)
+        leader.apply_job_row(_row(1, T0 + 1000))
+        assert len(leader.wheel) == 0
+        leader.apply_job_row(_row(2, T0 + 1000))  # edited since: a newer version
+        assert leader.known == {} and _due(leader) == [T0 + 1000]
 
     asyncio.run(go())
 

@@ -135,6 +135,21 @@ def test_a_fired_key_can_be_scheduled_again() -> None:
     assert _dues(wheel.advance(2_000)) == [2_000]
 
 
+def test_get_gives_the_value_a_key_is_pending_with() -> None:
+    """get follows schedule, a move and a cascade; a fired or cancelled key gives None"""
+    wheel: TimingWheel[str, str] = TimingWheel(1, 4, 0)
+    assert wheel.get("a") is None
+    wheel.schedule("a", 100, "first")
+    wheel.schedule("b", 3, "b")
+    assert wheel.get("a") == "first"
+    wheel.schedule("a", 50, "moved")
+    assert wheel.get("a") == "moved"
+    assert _dues(wheel.advance(10)) == [3]  # "a" cascaded to a finer level meanwhile
+    assert wheel.get("a") == "moved" and wheel.get("b") is None
+    wheel.cancel("a")
+    assert wheel.get("a") is None
+
+
 # --- cancel ------------------------------------------------------------------------------------
 
 
