@@ -194,6 +194,15 @@ class CommitCutProxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            await self._session(reader, writer)
+        except asyncio.CancelledError:
+            # Cancelled as the harness's loop ends: end quietly. (Python 3.11's start_server
+            # logs a connection handler that ends cancelled as "Exception in callback", once
+            # per open connection.)
+            writer.transport.abort()
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
         except OSError:
             writer.transport.abort()
