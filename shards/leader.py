@@ -65,6 +65,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -123,7 +124,8 @@ class LeaderConfig:
     publish_lease_ms: int
     claim_batch: int
     sweep_ms: int
-    resync_ms: int
+    resync_ms: int  # the whole horizon reloaded from scratch (a safety net)
+    extend_ms: int = 5_000  # the horizon's end moved on, the newly covered slice loaded
     retention_days: int = 30  # run history kept by the daily gc (shard 0's leader)
 
 
@@ -246,6 +248,7 @@ class ShardLeader:
             )
         finally:
             self.wheel = TimingWheel(WHEEL_TICK_MS, WHEEL_SIZE, 0)
+            self.horizon_end_ms = 0
             self.known.clear()
             self._unacked.clear()  # their rows stay pending: the next leader adopts them
             self.s.metrics.wheel_size.labels(str(self.shard)).set(0)
@@ -253,7 +256,9 @@ class ShardLeader:
     async def _loop(self) -> None:
         cfg = self.cfg
         next_sweep = time.monotonic()
-        next_resync = time.monotonic() + cfg.resync_ms / 1000
+        next_extend = time.monotonic() + cfg.extend_ms / 1000
+        # The leaders of a process took over together: spread their full reloads.
+        next_resync = time.monotonic() + cfg.resync_ms * random.uniform(0.5, 1.0) / 1000
         while not self._stopping:
             if not self.dispatching.is_set():
                 await self.dispatching.wait()
@@ -275,6 +280,11 @@ class ShardLeader:
             if mono >= next_resync:
                 await self._guarded(self._resync)
                 next_resync = mono + cfg.resync_ms / 1000
+                next_extend = mono + cfg.extend_ms / 1000
+                continue
+            if mono >= next_extend:
+                await self._guarded(self._extend)
+                next_extend = mono + cfg.extend_ms / 1000
                 continue
             self.s.metrics.wheel_size.labels(str(self.shard)).set(len(self.wheel))
             delay_ms = cfg.tick_ms
@@ -301,9 +311,12 @@ class ShardLeader:
     async def _load(self, conn: store.Conn) -> None:
         """(Re)load the horizon: active jobs and retrying runs due before now + horizon."""
         await self.s.clock.sync(conn)
-        until = self.s.clock.now_ms() + self.cfg.horizon_ms
-        jobs, retries = await store.horizon(conn, self.shard, until)
+        until = max(self.horizon_end_ms, self.s.clock.now_ms() + self.cfg.horizon_ms)
+        # The end moves before the read: a row the change feed applies while the read is in
+        # flight (newer than the read's snapshot) then lands in the wheel, not in `known` for
+        # good; between the two rows of one job, versions decide (`_offer`).
         self.horizon_end_ms = until
+        jobs, retries = await store.horizon(conn, self.shard, until)
         for entry in jobs:
             self._offer(entry.key, entry.version, entry.next_ms, entry)
         for retry in retries:
@@ -314,6 +327,23 @@ class ShardLeader:
     async def _resync(self) -> None:
         async with self.s.pool.acquire() as conn:
             await self._load(conn)
+
+    async def _extend(self) -> None:
+        """Move the horizon's end to now + horizon, loading only the jobs due in the slice of
+        time it newly covers. Every job due before the old end is in the wheel already (loaded,
+        offered by its claim, or by the change feed), so the steady cost is each job read once
+        as it comes within the horizon, not the whole horizon per reload."""
+        start = self.horizon_end_ms
+        until = self.s.clock.now_ms() + self.cfg.horizon_ms
+        if until <= start:
+            return
+        self.horizon_end_ms = until  # before the read, as in `_load`
+        async with self.s.pool.acquire() as conn:
+            entries = await store.horizon_slice(conn, self.shard, start, until)
+        for entry in entries:
+            self._offer(entry.key, entry.version, entry.next_ms, entry)
+        if entries:
+            self.wake.set()
 
     def apply_job_row(self, row: asyncpg.Record) -> None:
         """A job row from the change feed or a refresh: schedule or cancel its wheel entry."""

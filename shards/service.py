@@ -61,6 +61,7 @@ def leader_config(settings: Settings) -> LeaderConfig:
         claim_batch=settings.claim_batch,
         sweep_ms=settings.sweep_interval_ms,
         resync_ms=settings.resync_s * 1000,
+        extend_ms=settings.horizon_extend_s * 1000,
         retention_days=settings.retention_days,
     )
 

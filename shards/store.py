@@ -183,6 +183,12 @@ async def horizon(conn: Conn, shard: int, until_ms: int) -> tuple[list[JobEntry]
     return [entry_of(r) for r in jobs], [_retry_entry(r) for r in retries]
 
 
+async def horizon_slice(conn: Conn, shard: int, from_ms: int, until_ms: int) -> list[JobEntry]:
+    """The shard's active jobs due in [`from_ms`, `until_ms`): what the horizon newly covers."""
+    rows = await conn.fetch(QUERIES["horizon_jobs_slice"], shard, from_ms, until_ms)
+    return [entry_of(r) for r in rows]
+
+
 def _retry_entry(row: asyncpg.Record) -> RetryEntry:
     return RetryEntry(
         row["tenant"], row["job_id"], row["scheduled_at"], row["retry_at"], row["attempt"]

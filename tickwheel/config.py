@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, get_origin
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -131,7 +131,16 @@ class Settings(BaseSettings):
         "runs), milliseconds",
     )
     resync_s: int = Field(
-        60, ge=1, description="how often a leader reloads its horizon from scratch, seconds"
+        600,
+        ge=1,
+        description="how often a leader reloads its whole horizon from scratch (a safety net: "
+        "the change feed and the horizon's extensions keep the wheel current), seconds",
+    )
+    horizon_extend_s: int = Field(
+        5,
+        ge=1,
+        description="how often a leader moves its horizon's end on, loading the jobs due in "
+        "the newly covered slice only, seconds (less than TICKWHEEL_HORIZON_S)",
     )
     scheduler_db_connections: int = Field(
         8, ge=2, le=200, description="Postgres connections of one scheduler process"
@@ -284,6 +293,15 @@ class Settings(BaseSettings):
                 "priority_weights must give a positive integer for exactly high, normal and low"
             )
         return value
+
+    @model_validator(mode="after")
+    def _extension_inside_horizon(self) -> Settings:
+        if self.horizon_extend_s >= self.horizon_s:
+            raise ValueError(
+                f"horizon_extend_s ({self.horizon_extend_s}) must be less than horizon_s "
+                f"({self.horizon_s}): a job could come due before the horizon reached it"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -88,6 +88,44 @@ async def test_cron_and_one_off_fire_on_time_on_their_priority_topics(sched: Sch
     assert high[0][0].payload == {"n": 1}
 
 
+async def test_jobs_beyond_the_horizon_are_loaded_as_its_end_moves_on(sched: SchedEnv) -> None:
+    """with a 10 s horizon and no full reload during the test, jobs due beyond the horizon —
+    registered before the takeover, registered after it, and a cron job's next occurrences
+    15 s apart — are read by the horizon's extensions and claimed on time, never early"""
+    start_ms = now_ms()
+    await sched.register(
+        {"id": "before", "at": format_ms(start_ms + 16_000), "handler": "demo.echo"}
+    )
+    async with running_scheduler(sched, "solo", horizon_s=10, horizon_extend_s=1, resync_s=3600):
+
+        async def leading() -> bool:
+            rows = await sched.fetch("SELECT 1 FROM shard_leaders WHERE owner = 'solo'")
+            return len(rows) == TEST_SHARDS
+
+        await wait_for(leading, 15, what="every shard led")
+        after_ms = now_ms() + 14_000
+        await sched.register(
+            {"id": "after", "at": format_ms(after_ms), "handler": "demo.echo"},
+            {"id": "cron", "schedule": "*/15 * * * * *", "handler": "demo.echo"},
+        )
+
+        async def fired() -> bool:
+            names = [r["job_id"] for r in await sched.runs()]
+            return names.count("cron") >= 2 and "before" in names and "after" in names
+
+        await wait_for(fired, 45, what="every job claimed")
+    runs = await sched.runs()
+    for row in runs:
+        assert 0 <= row["created_ms"] - row["ms"] < 1000, (
+            row["job_id"],
+            row["created_ms"] - row["ms"],
+        )
+    crons = [r["ms"] for r in runs if r["job_id"] == "cron"]
+    assert all(b - a == 15_000 for a, b in itertools.pairwise(crons)), crons
+    assert [r["ms"] for r in runs if r["job_id"] == "after"] == [after_ms]
+    assert [r["ms"] for r in runs if r["job_id"] == "before"] == [start_ms + 16_000]
+
+
 async def test_a_job_row_held_by_another_transaction_is_skipped_not_waited_for(
     sched: SchedEnv,
 ) -> None:

@@ -81,6 +81,18 @@ FROM jobs j
 WHERE j.shard_id = $1 AND j.status = 'active'
   AND j.next_run_at < 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
 
+-- horizon_jobs_slice --
+-- The horizon's extension: a shard's active jobs due in [$2, $3), the slice of time the
+-- horizon newly covers (index jobs_due, a range of it). The columns are horizon_jobs'.
+SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
+       (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
+       j.kind, j.schedule, j.timezone, j.dst_gap, j.dst_overlap, j.misfire_policy,
+       j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy
+FROM jobs j
+WHERE j.shard_id = $1 AND j.status = 'active'
+  AND j.next_run_at >= 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
+  AND j.next_run_at < 'epoch'::timestamptz + $3::bigint * interval '1 millisecond'
+
 -- jobs_by_keys --
 -- The current rows of some jobs (wheel entries a claim found stale), in the horizon's shape.
 SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
