@@ -16,7 +16,7 @@ batch; many tenants cost one slice per tenant per batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Generic, Protocol, TypeVar
 
 
@@ -58,18 +58,27 @@ class TenantQueue(Generic[E]):
             added += 1
         self._size += added
 
-    def take(self, n: int) -> list[E]:
+    def take(self, n: int, room: Callable[[str], int] | None = None) -> list[E]:
         """Up to `n` entries: every waiting tenant's share (shares left unused go to the
-        others); a tenant emptied leaves the queue, one served moves to the end of it."""
+        others), and no more of a tenant than `room(tenant)` allows (the dispatch window,
+        `window.py`); a tenant emptied leaves the queue, one served moves to the end of it,
+        one without room keeps its place."""
         out: list[E] = []
         by_tenant, nxt = self._entries, self._next
-        while len(out) < n and by_tenant:
-            share = max(1, (n - len(out)) // len(by_tenant))
-            for tenant in list(by_tenant):
+        allowed = None if room is None else {t: room(t) for t in by_tenant}
+        while len(out) < n:
+            eligible = [t for t in by_tenant if allowed is None or allowed[t] > 0]
+            if not eligible:
+                break
+            share = max(1, (n - len(out)) // len(eligible))
+            for tenant in eligible:
                 entries = by_tenant.pop(tenant)
                 start = nxt.pop(tenant)
-                end = min(start + share, start + n - len(out), len(entries))
+                cap = share if allowed is None else min(share, allowed[tenant])
+                end = min(start + cap, start + n - len(out), len(entries))
                 out.extend(entries[start:end])
+                if allowed is not None:
+                    allowed[tenant] -= end - start
                 if end < len(entries):
                     by_tenant[tenant] = entries
                     nxt[tenant] = end
@@ -77,3 +86,7 @@ class TenantQueue(Generic[E]):
                     break
         self._size -= len(out)
         return out
+
+    def ready(self, room: Callable[[str], int]) -> bool:
+        """Some waiting tenant has room."""
+        return any(room(t) > 0 for t in self._entries)

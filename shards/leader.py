@@ -68,7 +68,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, cast
 
@@ -94,6 +94,7 @@ from tickwheel.shards.plan import (
     plan_first_dispatch,
 )
 from tickwheel.shards.store import Dispatch, FencedOut, Lease
+from tickwheel.shards.window import DispatchWindow
 from tickwheel.wheel import TimingWheel
 
 log = logging.getLogger("tickwheel.scheduler.leader")
@@ -144,6 +145,8 @@ class Shared:
     # For a connection outside the pool: a takeover blocked by a frozen predecessor must not
     # wait for a pooled connection that other blocked takeovers hold (`_end_blockers`).
     dsn: str = ""
+    # Bounds each tenant's runs claimed and not started; the default bounds nothing.
+    window: DispatchWindow = field(default_factory=lambda: DispatchWindow(0, 1.0, 1))
 
 
 class ShardLeader:
@@ -165,6 +168,12 @@ class ShardLeader:
         # and being claimed, claimed and done, beyond the horizon, paused): a loaded job costs
         # no tuple and no dict slot here (~90 bytes at 1,000,000 jobs, docs/BENCHMARKS.md).
         self.known: dict[str, tuple[int, int]] = {}
+        # Due entries of tenants whose dispatch window is full (`window.py`): out of the wheel
+        # (their pairs in `known`), claimed as the workers start the tenant's earlier runs.
+        self._held: TenantQueue[JobEntry | RetryEntry] = TenantQueue()
+        # Their wheel keys: a reload or a sweep offering a held entry again (it is still due in
+        # the database) must not queue a second copy of it.
+        self._held_keys: set[str] = set()
         self.horizon_end_ms = 0
         self.wake = asyncio.Event()
         self.dispatching = asyncio.Event()  # cleared while ZooKeeper is SUSPENDED
@@ -248,10 +257,13 @@ class ShardLeader:
             )
         finally:
             self.wheel = TimingWheel(WHEEL_TICK_MS, WHEEL_SIZE, 0)
+            self._held = TenantQueue()  # still due in the database: the next leader claims them
+            self._held_keys = set()
             self.horizon_end_ms = 0
             self.known.clear()
             self._unacked.clear()  # their rows stay pending: the next leader adopts them
             self.s.metrics.wheel_size.labels(str(self.shard)).set(0)
+            self.s.metrics.window_held.labels(str(self.shard)).set(0)
 
     async def _loop(self) -> None:
         cfg = self.cfg
@@ -265,7 +277,7 @@ class ShardLeader:
                 continue
             now = self.s.clock.now_ms()
             due = self._advance(now)
-            if due:
+            if due or (self._held and self._held.ready(self.s.window.room)):
                 await self._dispatch(due, now)
                 continue  # a full batch may have more behind it: look again without sleeping
             if self._retries_hinted:
@@ -287,6 +299,7 @@ class ShardLeader:
                 next_extend = mono + cfg.extend_ms / 1000
                 continue
             self.s.metrics.wheel_size.labels(str(self.shard)).set(len(self.wheel))
+            self.s.metrics.window_held.labels(str(self.shard)).set(len(self._held))
             delay_ms = cfg.tick_ms
             deadline = self.wheel.next_deadline_ms()
             if deadline is not None:
@@ -412,13 +425,23 @@ class ShardLeader:
         self, due: list[tuple[str, int, JobEntry | RetryEntry | None]], now: int
     ) -> None:
         """Claim and publish what is due in batches of `claim_batch` drawn fairly between
-        tenants (`fairness.py`); what comes due meanwhile joins the queue between batches, so
-        one tenant's burst does not hold back another tenant's runs until it is all out."""
-        queue: TenantQueue[JobEntry | RetryEntry] = TenantQueue()
-        queue.add(v for _, _, v in due if v is not None)
+        tenants (`fairness.py`), each tenant within its dispatch window (`window.py`); what
+        comes due meanwhile joins the queue between batches, so one tenant's burst does not
+        hold back another tenant's runs until it is all out. Entries of tenants without room
+        stay held until a count of the workers' progress frees some."""
+        queue = self._held
+        self._hold(due)
         size = self.cfg.claim_batch
+        room = self.s.window.room
         while queue:
-            batch = queue.take(size)
+            batch = queue.take(size, room)
+            if not batch:
+                self.s.window.wait_for_room(self.wake)
+                break
+            held_keys = self._held_keys
+            for v in batch:
+                held_keys.discard(v.key if type(v) is JobEntry else _retry_key(v))
+            self.s.window.reserve(v.tenant for v in batch)  # settled by each claim
             jobs = [v for v in batch if isinstance(v, JobEntry)]
             retries = [v for v in batch if isinstance(v, RetryEntry)]
             if jobs:
@@ -427,7 +450,14 @@ class ShardLeader:
                 await self._claim_retries(retries)
             if queue and self.dispatching.is_set() and not self._stopping:
                 now = self.s.clock.now_ms()
-                queue.add(v for _, _, v in self._advance(now) if v is not None)
+                self._hold(self._advance(now))
+
+    def _hold(self, due: list[tuple[str, int, JobEntry | RetryEntry | None]]) -> None:
+        """Queue due entries for their claim, each key once."""
+        held_keys = self._held_keys
+        fresh = [(k, v) for k, _, v in due if v is not None and k not in held_keys]
+        held_keys.update(k for k, _ in fresh)
+        self._held.add(v for _, v in fresh)
 
     async def _claim(self, chunk: Sequence[JobEntry], now: int) -> None:
         assert self.lease is not None
@@ -466,8 +496,10 @@ class ShardLeader:
             )
             for entry in chunk:
                 self.wheel.schedule(entry.key, entry.next_ms, entry)
+            self.s.window.settle((e.tenant for e in chunk), ())
             await asyncio.sleep(RETRY_BACKOFF_S)
             return
+        self.s.window.settle((e.tenant for e in chunk), (r.tenant for r in claimed.runs))
         m = self.s.metrics
         m.claimed.inc(len(claimed.runs))
         m.skipped.inc(batch.skipped)
@@ -510,10 +542,12 @@ class ShardLeader:
             for retry in chunk:
                 key = run_key(retry.tenant, retry.job_id, retry.scheduled_ms)
                 self.wheel.schedule(key, retry.retry_ms, retry)
+            self.s.window.settle((r.tenant for r in chunk), ())
             await asyncio.sleep(RETRY_BACKOFF_S)
             return
         if held:
             self._maybe_buffered = True
+        self.s.window.settle((r.tenant for r in chunk), (r.tenant for r in runs))
         await self._publish(runs, "retry")
 
     async def _publish(self, runs: Sequence[Dispatch], kind: str) -> None:
@@ -630,3 +664,7 @@ class ShardLeader:
         except store.DB_ERRORS:
             log.warning("could not clear the shard owner", extra={"shard": self.shard})
         self.s.metrics.leadership.labels("released").inc()
+
+
+def _retry_key(retry: RetryEntry) -> str:
+    return run_key(retry.tenant, retry.job_id, retry.scheduled_ms)

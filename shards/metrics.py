@@ -63,6 +63,12 @@ class SchedulerMetrics:
             ["shard"],
             registry=r,
         )
+        self.window_held = Gauge(
+            "tickwheel_scheduler_window_held_entries",
+            "Due entries a shard's leader holds because their tenant's dispatch window is full",
+            ["shard"],
+            registry=r,
+        )
         self.shards_led = Gauge(
             "tickwheel_scheduler_shards_led", "Shards this process leads", registry=r
         )

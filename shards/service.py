@@ -41,6 +41,7 @@ from tickwheel.shards.feed import ChangeFeed
 from tickwheel.shards.leader import LeaderConfig, ShardLeader, Shared
 from tickwheel.shards.metrics import SchedulerMetrics
 from tickwheel.shards.outbox import Outbox
+from tickwheel.shards.window import DispatchWindow
 from tickwheel.topics import Topics
 
 log = logging.getLogger("tickwheel.scheduler")
@@ -134,6 +135,9 @@ class Scheduler:
             metrics=self.metrics,
             on_leading=lambda leader: feed.attach(leader.feed_since or "0"),
             dsn=s.effective_dsn,
+            window=DispatchWindow(
+                s.tenant_dispatch_window, s.dispatch_window_refresh_ms / 1000, s.shards
+            ),
         )
         async with self._pool.acquire() as conn:
             await self.shared.clock.sync(conn)
@@ -150,6 +154,7 @@ class Scheduler:
         process.on_close(self.close)
         process.spawn("election", self._coordinate(process))
         process.spawn("feed", self.feed.run(process.stop))
+        process.spawn("window", self.shared.window.run(self._pool, process.stop))
         log.info(
             "scheduler started",
             extra={"member": self.member_id, "shards": s.shards, "prefix": s.topic_prefix},

@@ -136,6 +136,20 @@ class Settings(BaseSettings):
         description="how often a leader reloads its whole horizon from scratch (a safety net: "
         "the change feed and the horizon's extensions keep the wheel current), seconds",
     )
+    tenant_dispatch_window: int = Field(
+        5000,
+        ge=0,
+        description="runs of one tenant that may be claimed and not started yet, cluster-wide "
+        "(each scheduler process stops claiming the tenant's due runs at this many until the "
+        "workers start some): another tenant's runs due meanwhile wait behind at most this "
+        "many of a burst; 0: no bound",
+    )
+    dispatch_window_refresh_ms: int = Field(
+        100,
+        ge=10,
+        description="how often a scheduler counts the unstarted runs of the tenants near "
+        "their dispatch window, milliseconds",
+    )
     horizon_extend_s: int = Field(
         5,
         ge=1,

@@ -4,6 +4,7 @@ misfire, overlap and DST policies hold end to end, and the sweeper re-dispatches
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 from pathlib import Path
@@ -21,6 +22,8 @@ from tickwheel.testing import drain
 from .conftest import (
     TEST_SHARDS,
     SchedEnv,
+    _create_tenant,
+    _retire_jobs,
     consume_runs,
     drop_connection,
     expire_session,
@@ -124,6 +127,76 @@ async def test_jobs_beyond_the_horizon_are_loaded_as_its_end_moves_on(sched: Sch
     assert all(b - a == 15_000 for a, b in itertools.pairwise(crons)), crons
     assert [r["ms"] for r in runs if r["job_id"] == "after"] == [after_ms]
     assert [r["ms"] for r in runs if r["job_id"] == "before"] == [start_ms + 16_000]
+
+
+async def test_a_tenants_dispatch_window_holds_its_burst_not_another_tenants_runs(
+    sched: SchedEnv,
+) -> None:
+    """with a window of 20 and no worker, tenant A's 60 due runs stop at 20 claimed and not
+    started, tenant B's runs due meanwhile are claimed on time; as runs of A start (marked
+    running here, as a worker's claim does) the leader claims exactly as many more"""
+    other = dataclasses.replace(sched, tenant=f"{sched.tenant}b")
+    await _create_tenant(sched.dsn, other.tenant)
+    try:
+        await _window_holds(sched, other)
+    finally:
+        await _retire_jobs(sched.dsn, other.tenant)
+
+
+async def _window_holds(sched: SchedEnv, other: SchedEnv) -> None:
+    at_ms = now_ms() + 4_000
+    await sched.register(
+        *({"id": f"a{i}", "at": format_ms(at_ms), "handler": "demo.echo"} for i in range(60))
+    )
+    await other.register(
+        *({"id": f"b{i}", "at": format_ms(at_ms + 500), "handler": "demo.echo"} for i in range(5))
+    )
+
+    async def claimed(tenant: str) -> int:
+        rows = await sched.fetch("SELECT count(*) AS n FROM job_runs WHERE tenant = $1", tenant)
+        return int(rows[0]["n"])
+
+    async def settled(tenant: str, n: int) -> bool:
+        return await claimed(tenant) >= n
+
+    async with running_scheduler(
+        sched, "solo", tenant_dispatch_window=20, dispatch_window_refresh_ms=50
+    ) as (scheduler, _):
+        await wait_for(lambda: settled(other.tenant, 5), 20, what="B's runs claimed")
+        await wait_for(lambda: settled(sched.tenant, 20), 5, what="A's first 20 claimed")
+        await asyncio.sleep(1.5)  # counts every 50 ms: nothing started, nothing more claimed
+        assert await claimed(sched.tenant) == 20
+        held = sum(
+            s.value
+            for m in scheduler.metrics.registry.collect()
+            if m.name == "tickwheel_scheduler_window_held_entries"
+            for s in m.samples
+        )
+        assert held == 40
+        await sched.fetch(
+            "UPDATE job_runs SET status = 'running', worker = 'test', started_at = now()"
+            " WHERE (tenant, job_id) IN (SELECT tenant, job_id FROM job_runs"
+            " WHERE tenant = $1 ORDER BY job_id LIMIT 15)",
+            sched.tenant,
+        )
+        await wait_for(lambda: settled(sched.tenant, 35), 10, what="15 more of A claimed")
+        await asyncio.sleep(1.0)
+        assert await claimed(sched.tenant) == 35
+
+        async def start_all_then_count() -> bool:
+            await sched.fetch(
+                "UPDATE job_runs SET status = 'running', worker = 'test', started_at = now()"
+                " WHERE tenant = $1 AND status = 'pending'",
+                sched.tenant,
+            )
+            return await settled(sched.tenant, 60)
+
+        # 20 more, then the last 5: each time the workers have started what is out.
+        await wait_for(start_all_then_count, 15, 0.3, what="the rest of A claimed")
+    for row in await other.runs():
+        assert 0 <= row["created_ms"] - row["ms"] < 1000, row
+    a_rows = await sched.runs()
+    assert len(a_rows) == 60 and len({r["job_id"] for r in a_rows}) == 60
 
 
 async def test_a_job_row_held_by_another_transaction_is_skipped_not_waited_for(

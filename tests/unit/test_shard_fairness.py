@@ -89,3 +89,47 @@ def test_every_entry_comes_out_once_in_its_tenants_order(
         mine = [e.n for e in out if e.tenant == tenant]
         assert mine == sorted(mine)
     assert queue.take(size) == []
+
+
+def test_a_tenant_without_room_keeps_its_entries_and_the_others_take_the_batch() -> None:
+    """The dispatch window: a tenant with room for 30 gets 30; one with none gets nothing and
+    keeps every entry; the rest of the batch goes to a tenant with room."""
+    queue: TenantQueue[Entry] = TenantQueue()
+    for tenant in ("full", "some", "free"):
+        queue.add(_entries(tenant, 1_000))
+    room = {"full": 0, "some": 30, "free": 10_000}
+    batch = queue.take(300, room.__getitem__)
+    counts = {t: sum(e.tenant == t for e in batch) for t in room}
+    assert counts == {"full": 0, "some": 30, "free": 270}
+    assert queue.ready(room.__getitem__)
+    assert not queue.ready({"full": 0, "some": 0, "free": 0}.__getitem__)
+    nothing = queue.take(300, {"full": 0, "some": 0, "free": 0}.__getitem__)
+    assert nothing == [] and len(queue) == 3_000 - 300
+    # The held tenant is served, from its first entry, once it has room.
+    later = queue.take(300, {"full": 5, "some": 0, "free": 0}.__getitem__)
+    assert [e.n for e in later] == [0, 1, 2, 3, 4] and {e.tenant for e in later} == {"full"}
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 30)), max_size=10),
+    st.integers(1, 40),
+    st.dictionaries(st.sampled_from("abcd"), st.integers(-5, 25)),
+)
+def test_no_take_exceeds_a_tenants_room(
+    adds: list[tuple[str, int]], size: int, room: dict[str, int]
+) -> None:
+    """However entries and room fall, one take never gives a tenant more than its room, and
+    a take is empty only when no waiting tenant has room."""
+    queue: TenantQueue[Entry] = TenantQueue()
+    for tenant, count in adds:
+        queue.add(_entries(tenant, count))
+
+    def of(tenant: str) -> int:
+        return room.get(tenant, 1_000)
+
+    ready = queue.ready(of)
+    got = queue.take(size, of)
+    assert len(got) <= size
+    assert bool(got) == ready
+    for tenant in "abcd":
+        assert sum(e.tenant == tenant for e in got) <= max(0, of(tenant))

@@ -116,6 +116,23 @@ FROM job_runs r
 WHERE r.shard_id = $1 AND r.status = 'retrying'
   AND r.retry_at < 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
 
+-- window_unstarted --
+-- The dispatch window (shards/window.py): per tenant of $1, its runs claimed and not started
+-- yet, cluster-wide — pending with a publish lease (a buffered run, without one, is not out).
+-- One probe of job_runs_lease per shard of $2 (every shard): the runs in flight only. Written
+-- as a loop over the shards so that no plan but that index can serve it: as one scan, a day
+-- partition analysed while its runs were pending had the planner read every run of the
+-- tenant by the primary key instead (120 ms for a tenant with 200,000 runs that day, against
+-- 7 ms for this form on the same stale statistics, 5,000 pending).
+SELECT r.tenant, count(*)::integer AS unstarted
+FROM unnest($2::integer[]) AS s(shard)
+CROSS JOIN LATERAL (
+    SELECT j.tenant FROM job_runs j
+    WHERE j.shard_id = s.shard AND j.status = 'pending' AND j.lease_until IS NOT NULL
+      AND j.tenant = ANY ($1::text[])
+) r
+GROUP BY r.tenant
+
 -- runs_in_flight --
 -- Per job, its runs in flight (domain.IN_FLIGHT; those created while the job had an overlap
 -- policy, `overlap_tracked`, index job_runs_overlap), split into buffered ones (pending without a

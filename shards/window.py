@@ -1,0 +1,152 @@
+"""How far one tenant's dispatch may run ahead of the workers: the dispatch window (issue 25).
+
+The run topics are first in, first out per partition. A tenant whose 100,000 runs fall due at
+09:00 would otherwise be claimed and published at once, and every run any other tenant has
+due after that instant would wait behind all of them on every partition. So a tenant's runs
+that are claimed and not started yet (`pending` with a publish lease, cluster-wide) are
+bounded by `limit`: a leader claims a tenant's due entries only while the tenant has room,
+and keeps the rest in its held queue (`ShardLeader._held`), outside the wheel, until the
+workers have started enough of them. Another tenant's runs that come due meanwhile have room
+of their own, are claimed at their tick and wait behind at most `limit` runs of the burst.
+
+Where the count comes from: every claim adds its entries to its tenant's tally when it takes
+them and settles with the runs it committed; while a
+tenant's tally is at least half the limit (it is *watched*), `run` counts that tenant's
+unstarted runs in Postgres every `refresh_s` (one statement for every watched tenant,
+through the `job_runs_lease` index), and the count replaces the tally, plus what was claimed
+since the count began. A tenant below half the limit costs nothing: no statement runs unless
+some tenant is watched. The bound is soft by what other scheduler processes claim between
+two counts (each adds to its own tally only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Iterable
+
+import asyncpg
+
+from tickwheel import db as dbmod
+from tickwheel.queries import QUERIES
+
+log = logging.getLogger(__name__)
+
+
+class DispatchWindow:
+    """Per tenant, runs claimed and not started; `room(tenant)` is what may still be claimed."""
+
+    def __init__(self, limit: int, refresh_s: float, shards: int) -> None:
+        self.limit = limit  # 0: no bound
+        self.refresh_s = refresh_s
+        self._shards = list(range(shards))  # every shard's: the count is cluster-wide
+        self._tally: dict[str, int] = {}  # per tenant: last count + claimed since
+        self._since: dict[str, int] = {}  # claimed since the running count began
+        self._watch = asyncio.Event()  # some tenant is watched: counting is needed
+        self._waiters: set[asyncio.Event] = set()  # leaders holding entries without room
+
+    def room(self, tenant: str) -> int:
+        if not self.limit:
+            return 1 << 62
+        return self.limit - self._tally.get(tenant, 0)
+
+    def reserve(self, tenants: Iterable[str]) -> None:
+        """Entries just taken for a claim, one tenant name per entry: counted at once, before
+        the claim's first await, so leaders claiming together share the room, not each
+        take all of it."""
+        self._add(Counter(tenants))
+
+    def settle(self, reserved: Iterable[str], claimed: Iterable[str]) -> None:
+        """The claim of `reserved` entries is over: it committed the `claimed` runs (pending,
+        one tenant name per run; none when it failed). Skipped and stale entries free their
+        room; a catch-up of several runs takes more."""
+        delta = Counter(claimed)
+        delta.subtract(reserved)
+        self._add(delta)
+
+    def _add(self, delta: Counter[str]) -> None:
+        if not self.limit:
+            return
+        tally, since = self._tally, self._since
+        half = self.limit // 2
+        for tenant, n in delta.items():
+            if not n:
+                continue
+            tally[tenant] = total = tally.get(tenant, 0) + n
+            since[tenant] = since.get(tenant, 0) + n
+            if total >= half:
+                self._watch.set()
+
+    def wait_for_room(self, wake: asyncio.Event) -> None:
+        """A leader holds entries of tenants without room: wake it when a count frees some."""
+        self._waiters.add(wake)
+
+    def watched(self) -> list[str]:
+        """The tenants at half their window or more: the ones a count is needed for."""
+        half = self.limit // 2
+        return [t for t, n in self._tally.items() if n >= half]
+
+    def begin_count(self) -> list[str]:
+        """A count of the watched tenants begins: what is claimed from now on is added to it."""
+        self._since = {}
+        return self.watched()
+
+    def apply(self, counts: dict[str, int], tenants: Iterable[str]) -> None:
+        """A count of the watched `tenants` (absent from `counts`: none unstarted) taken when
+        `_since` was last cleared."""
+        since = self._since
+        freed = False
+        for tenant in tenants:
+            before = self._tally.get(tenant, 0)
+            now = counts.get(tenant, 0) + since.get(tenant, 0)
+            freed = freed or now < before
+            if now:
+                self._tally[tenant] = now
+            else:
+                self._tally.pop(tenant, None)
+        if freed or not self.watched():
+            waiters, self._waiters = self._waiters, set()
+            for wake in waiters:
+                wake.set()
+
+    async def run(self, pool: asyncpg.Pool, stop: asyncio.Event) -> None:
+        """Count the watched tenants' unstarted runs while any is watched, until `stop`."""
+        if not self.limit:
+            await stop.wait()
+            return
+        while not stop.is_set():
+            tenants = self.begin_count()
+            if not tenants:
+                self._watch.clear()
+                waiting = asyncio.ensure_future(self._watch.wait())
+                stopping = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+                stopping.cancel()
+                continue
+            try:
+                counts = await count_unstarted(pool, tenants, self._shards)
+            except dbmod.DB_ERRORS:
+                log.warning("counting unstarted runs failed; retrying", exc_info=True)
+                counts = None
+            if counts is not None:
+                self.apply(counts, tenants)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.refresh_s)
+
+
+async def count_unstarted(
+    pool: asyncpg.Pool, tenants: list[str], shards: list[int]
+) -> dict[str, int]:
+    """Per tenant, its runs claimed and not started, cluster-wide (`window_unstarted`)."""
+    async with pool.acquire() as conn, conn.transaction(readonly=True):
+        # Index probes only, as in the workers' sessions: a day partition analysed while its
+        # runs were in flight would otherwise be read whole (db.KEYED_LOOKUPS).
+        await conn.execute(_KEYED_LOOKUPS)
+        rows = await conn.fetch(QUERIES["window_unstarted"], tenants, shards)
+    return {r["tenant"]: r["unstarted"] for r in rows}
+
+
+_KEYED_LOOKUPS = "; ".join(f"SET LOCAL {k} = {v}" for k, v in dbmod.KEYED_LOOKUPS.items())

@@ -1,0 +1,67 @@
+"""The dispatch window's accounting (shards/window.py), without I/O."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tickwheel.shards.window import DispatchWindow
+
+pytestmark = pytest.mark.unit
+
+
+def test_reserved_entries_take_room_at_once_and_settle_to_the_runs_claimed() -> None:
+    """A take reserves before the claim's first await; its settlement frees what was stale or
+    skipped and charges a catch-up's extra runs."""
+    window = DispatchWindow(100, 0.1, 4)
+    window.reserve(["a"] * 60)
+    assert window.room("a") == 40 and window.room("b") == 100
+    window.settle(["a"] * 60, ["a"] * 50)  # ten entries were stale
+    assert window.room("a") == 50
+    window.reserve(["a"] * 10)
+    window.settle(["a"] * 10, ["a"] * 13)  # a run_all catch-up: three more runs
+    assert window.room("a") == 37
+    window.reserve(["a"] * 5)
+    window.settle(["a"] * 5, [])  # the claim failed
+    assert window.room("a") == 37
+
+
+def test_a_tenant_is_watched_from_half_its_window_and_a_count_replaces_its_tally() -> None:
+    """Below half the window nothing is counted; from half on the count of unstarted runs
+    (plus what was claimed since the count began) is the tally."""
+    window = DispatchWindow(100, 0.1, 4)
+    window.reserve(["a"] * 49)
+    assert window.watched() == []
+    window.reserve(["a"])
+    assert window.watched() == ["a"]
+    assert window.begin_count() == ["a"]  # a count begins (`run`)
+    window.reserve(["a"] * 7)  # claimed while it runs
+    window.apply({"a": 20}, ["a"])
+    assert window.room("a") == 100 - 27
+    assert window.watched() == []  # 27 < 50: no more counting
+    window.begin_count()
+    window.apply({}, ["a"])  # nothing unstarted: the tenant leaves the tally
+    assert window.room("a") == 100
+
+
+def test_a_count_that_frees_room_wakes_the_leaders_waiting_for_it() -> None:
+    """A leader holding entries is woken by the count that frees room, not by one that does
+    not."""
+    window = DispatchWindow(10, 0.1, 4)
+    window.reserve(["a"] * 10)
+    wake = asyncio.Event()
+    window.wait_for_room(wake)
+    window.begin_count()
+    window.apply({"a": 10}, ["a"])
+    assert not wake.is_set()
+    window.begin_count()
+    window.apply({"a": 4}, ["a"])
+    assert wake.is_set() and window.room("a") == 6
+
+
+def test_no_limit_bounds_nothing() -> None:
+    """0 turns the window off: every tenant always has room, nothing is tallied."""
+    window = DispatchWindow(0, 0.1, 4)
+    window.reserve(["a"] * 1_000_000)
+    assert window.room("a") > 1_000_000 and window.watched() == []
