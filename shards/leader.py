@@ -440,7 +440,7 @@ class ShardLeader:
                 break
             held_keys = self._held_keys
             for v in batch:
-                held_keys.discard(v.key if type(v) is JobEntry else _retry_key(v))
+                held_keys.discard(v.key if isinstance(v, JobEntry) else _retry_key(v))
             self.s.window.reserve(v.tenant for v in batch)  # settled by each claim
             jobs = [v for v in batch if isinstance(v, JobEntry)]
             retries = [v for v in batch if isinstance(v, RetryEntry)]
