@@ -42,42 +42,49 @@ class DispatchWindow:
         self.limit = limit  # 0: no bound
         self.refresh_s = refresh_s
         self._shards = list(range(shards))  # every shard's: the count is cluster-wide
-        self._tally: dict[str, int] = {}  # per tenant: last count + claimed since
-        self._since: dict[str, int] = {}  # claimed since the running count began
+        # Per tenant: its unstarted runs as last counted, plus the runs claims committed since
+        # the count began (`_since`); and the entries taken for claims not settled yet. A claim
+        # in flight when a count begins may commit after the count's snapshot: it stays in
+        # `_reserved` until it settles, so no count can lose it (one that committed before the
+        # snapshot is counted twice until the next count: the error leans towards less).
+        self._base: dict[str, int] = {}
+        self._since: dict[str, int] = {}
+        self._reserved: dict[str, int] = {}
         self._watch = asyncio.Event()  # some tenant is watched: counting is needed
         self._waiters: set[asyncio.Event] = set()  # leaders holding entries without room
+
+    def _used(self, tenant: str) -> int:
+        return self._base.get(tenant, 0) + self._reserved.get(tenant, 0)
 
     def room(self, tenant: str) -> int:
         if not self.limit:
             return 1 << 62
-        return self.limit - self._tally.get(tenant, 0)
+        return self.limit - self._used(tenant)
 
     def reserve(self, tenants: Iterable[str]) -> None:
         """Entries just taken for a claim, one tenant name per entry: counted at once, before
         the claim's first await, so leaders claiming together share the room, not each
         take all of it."""
-        self._add(Counter(tenants))
+        if not self.limit:
+            return
+        _bump(self._reserved, Counter(tenants))
+        self._check_watch()
 
     def settle(self, reserved: Iterable[str], claimed: Iterable[str]) -> None:
         """The claim of `reserved` entries is over: it committed the `claimed` runs (pending,
         one tenant name per run; none when it failed). Skipped and stale entries free their
         room; a catch-up of several runs takes more."""
-        delta = Counter(claimed)
-        delta.subtract(reserved)
-        self._add(delta)
-
-    def _add(self, delta: Counter[str]) -> None:
         if not self.limit:
             return
-        tally, since = self._tally, self._since
-        half = self.limit // 2
-        for tenant, n in delta.items():
-            if not n:
-                continue
-            tally[tenant] = total = tally.get(tenant, 0) + n
-            since[tenant] = since.get(tenant, 0) + n
-            if total >= half:
-                self._watch.set()
+        _bump(self._reserved, Counter(reserved), -1)
+        runs = Counter(claimed)
+        _bump(self._base, runs)
+        _bump(self._since, runs)
+        self._check_watch()
+
+    def _check_watch(self) -> None:
+        if not self._watch.is_set() and self.watched():
+            self._watch.set()
 
     def wait_for_room(self, wake: asyncio.Event) -> None:
         """A leader holds entries of tenants without room: wake it when a count frees some."""
@@ -86,7 +93,8 @@ class DispatchWindow:
     def watched(self) -> list[str]:
         """The tenants at half their window or more: the ones a count is needed for."""
         half = self.limit // 2
-        return [t for t, n in self._tally.items() if n >= half]
+        tenants = self._base.keys() | self._reserved.keys()
+        return [t for t in tenants if self._used(t) >= half]
 
     def begin_count(self) -> list[str]:
         """A count of the watched tenants begins: what is claimed from now on is added to it."""
@@ -95,17 +103,17 @@ class DispatchWindow:
 
     def apply(self, counts: dict[str, int], tenants: Iterable[str]) -> None:
         """A count of the watched `tenants` (absent from `counts`: none unstarted) taken when
-        `_since` was last cleared."""
+        `begin_count` was last called."""
         since = self._since
         freed = False
         for tenant in tenants:
-            before = self._tally.get(tenant, 0)
+            before = self._base.get(tenant, 0)
             now = counts.get(tenant, 0) + since.get(tenant, 0)
             freed = freed or now < before
             if now:
-                self._tally[tenant] = now
+                self._base[tenant] = now
             else:
-                self._tally.pop(tenant, None)
+                self._base.pop(tenant, None)
         if freed or not self.watched():
             waiters, self._waiters = self._waiters, set()
             for wake in waiters:
@@ -150,3 +158,12 @@ async def count_unstarted(
 
 
 _KEYED_LOOKUPS = "; ".join(f"SET LOCAL {k} = {v}" for k, v in dbmod.KEYED_LOOKUPS.items())
+
+
+def _bump(counts: dict[str, int], delta: Counter[str], sign: int = 1) -> None:
+    for tenant, n in delta.items():
+        total = counts.get(tenant, 0) + sign * n
+        if total > 0:
+            counts[tenant] = total
+        else:
+            counts.pop(tenant, None)

@@ -28,18 +28,25 @@ def test_reserved_entries_take_room_at_once_and_settle_to_the_runs_claimed() -> 
 
 
 def test_a_tenant_is_watched_from_half_its_window_and_a_count_replaces_its_tally() -> None:
-    """Below half the window nothing is counted; from half on the count of unstarted runs
-    (plus what was claimed since the count began) is the tally."""
+    """Below half the window nothing is counted; from half on the count of unstarted runs,
+    plus what claims committed since the count began, plus claims still in flight, is what
+    the tenant uses."""
     window = DispatchWindow(100, 0.1, 4)
     window.reserve(["a"] * 49)
+    window.settle(["a"] * 49, ["a"] * 49)
     assert window.watched() == []
-    window.reserve(["a"])
+    window.reserve(["a"] * 30)  # a claim in flight across the count below
     assert window.watched() == ["a"]
     assert window.begin_count() == ["a"]  # a count begins (`run`)
-    window.reserve(["a"] * 7)  # claimed while it runs
+    window.reserve(["a"] * 7)
+    window.settle(["a"] * 7, ["a"] * 7)  # committed while it runs
     window.apply({"a": 20}, ["a"])
-    assert window.room("a") == 100 - 27
-    assert window.watched() == []  # 27 < 50: no more counting
+    assert window.room("a") == 100 - (20 + 7 + 30)
+    window.settle(["a"] * 30, ["a"] * 30)  # the claim in flight commits: now counted as runs
+    assert window.room("a") == 100 - (20 + 7 + 30)
+    window.begin_count()
+    window.apply({"a": 10}, ["a"])
+    assert window.room("a") == 90 and window.watched() == []  # 10 < 50: no more counting
     window.begin_count()
     window.apply({}, ["a"])  # nothing unstarted: the tenant leaves the tally
     assert window.room("a") == 100
@@ -50,6 +57,7 @@ def test_a_count_that_frees_room_wakes_the_leaders_waiting_for_it() -> None:
     not."""
     window = DispatchWindow(10, 0.1, 4)
     window.reserve(["a"] * 10)
+    window.settle(["a"] * 10, ["a"] * 10)
     wake = asyncio.Event()
     window.wait_for_room(wake)
     window.begin_count()
