@@ -277,7 +277,7 @@ class ShardLeader:
                 continue
             now = self.s.clock.now_ms()
             due = self._advance(now)
-            if due or (self._held and self._held.ready(self.s.window.room)):
+            if due or (self._held and self._held.ready(self.s.window.share)):
                 await self._dispatch(due, now)
                 continue  # a full batch may have more behind it: look again without sleeping
             if self._retries_hinted:
@@ -432,7 +432,7 @@ class ShardLeader:
         queue = self._held
         self._hold(due)
         size = self.cfg.claim_batch
-        room = self.s.window.room
+        room = self.s.window.share
         while queue:
             batch = queue.take(size, room)
             if not batch:

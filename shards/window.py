@@ -34,6 +34,8 @@ from tickwheel.queries import QUERIES
 
 log = logging.getLogger(__name__)
 
+CLAIM_SHARES = 4  # one claim takes at most a quarter of a tenant's window (`share`)
+
 
 class DispatchWindow:
     """Per tenant, runs claimed and not started; `room(tenant)` is what may still be claimed."""
@@ -42,6 +44,7 @@ class DispatchWindow:
         self.limit = limit  # 0: no bound
         self.refresh_s = refresh_s
         self._shards = list(range(shards))  # every shard's: the count is cluster-wide
+        self._share_cap = max(1, limit // CLAIM_SHARES)
         # Per tenant: its unstarted runs as last counted, plus the runs claims committed since
         # the count began (`_since`); and the entries taken for claims not settled yet. A claim
         # in flight when a count begins may commit after the count's snapshot: it stays in
@@ -51,7 +54,8 @@ class DispatchWindow:
         self._since: dict[str, int] = {}
         self._reserved: dict[str, int] = {}
         self._watch = asyncio.Event()  # some tenant is watched: counting is needed
-        self._waiters: set[asyncio.Event] = set()  # leaders holding entries without room
+        # Leaders holding entries without room, in the order they began to wait.
+        self._waiters: dict[asyncio.Event, None] = {}
 
     def _used(self, tenant: str) -> int:
         return self._base.get(tenant, 0) + self._reserved.get(tenant, 0)
@@ -60,6 +64,14 @@ class DispatchWindow:
         if not self.limit:
             return 1 << 62
         return self.limit - self._used(tenant)
+
+    def share(self, tenant: str) -> int:
+        """What one claim may take of a tenant: its room, and at most a quarter of the window.
+        A claim holds its shard's leader until it commits, so a burst claimed in claims of a
+        whole window would keep another tenant's runs due on that shard waiting that long."""
+        if not self.limit:
+            return 1 << 62
+        return min(self.limit - self._used(tenant), self._share_cap)
 
     def reserve(self, tenants: Iterable[str]) -> None:
         """Entries just taken for a claim, one tenant name per entry: counted at once, before
@@ -88,7 +100,7 @@ class DispatchWindow:
 
     def wait_for_room(self, wake: asyncio.Event) -> None:
         """A leader holds entries of tenants without room: wake it when a count frees some."""
-        self._waiters.add(wake)
+        self._waiters[wake] = None
 
     def watched(self) -> list[str]:
         """The tenants at half their window or more: the ones a count is needed for."""
@@ -105,19 +117,26 @@ class DispatchWindow:
         """A count of the watched `tenants` (absent from `counts`: none unstarted) taken when
         `begin_count` was last called."""
         since = self._since
-        freed = False
+        freed = 0
         for tenant in tenants:
             before = self._base.get(tenant, 0)
             now = counts.get(tenant, 0) + since.get(tenant, 0)
-            freed = freed or now < before
+            freed += max(0, before - now)
             if now:
                 self._base[tenant] = now
             else:
                 self._base.pop(tenant, None)
-        if freed or not self.watched():
-            waiters, self._waiters = self._waiters, set()
-            for wake in waiters:
-                wake.set()
+        # Wake as many waiting leaders, first come first served, as the room freed can feed
+        # (each claims at most a share), and one more; the others look again at their tick.
+        if not self.watched():
+            wakes = len(self._waiters)  # no tenant is near its window any more
+        elif freed:
+            wakes = -(-freed // self._share_cap) + 1
+        else:
+            wakes = 0
+        for wake in list(self._waiters)[:wakes]:
+            del self._waiters[wake]
+            wake.set()
 
     async def run(self, pool: asyncpg.Pool, stop: asyncio.Event) -> None:
         """Count the watched tenants' unstarted runs while any is watched, until `stop`."""

@@ -73,3 +73,29 @@ def test_no_limit_bounds_nothing() -> None:
     window = DispatchWindow(0, 0.1, 4)
     window.reserve(["a"] * 1_000_000)
     assert window.room("a") > 1_000_000 and window.watched() == []
+
+
+def test_one_claim_takes_at_most_a_quarter_of_a_tenants_window() -> None:
+    """A claim's share of a tenant is its room, and no more than a quarter of the window."""
+    window = DispatchWindow(100, 0.1, 4)
+    assert window.share("a") == 25
+    window.reserve(["a"] * 80)
+    assert window.share("a") == 20
+    window.reserve(["a"] * 20)
+    assert window.share("a") == 0
+
+
+def test_a_count_wakes_as_many_leaders_as_the_room_it_freed_can_feed() -> None:
+    """Room for two shares wakes the first three leaders that waited, not all ten."""
+    window = DispatchWindow(100, 0.1, 4)
+    window.reserve(["a"] * 100)
+    window.settle(["a"] * 100, ["a"] * 100)
+    wakes = [asyncio.Event() for _ in range(10)]
+    for wake in wakes:
+        window.wait_for_room(wake)
+    window.begin_count()
+    window.apply({"a": 50}, ["a"])  # 50 freed: two shares of 25
+    assert [w.is_set() for w in wakes] == [True] * 3 + [False] * 7
+    window.begin_count()
+    window.apply({}, ["a"])  # nothing unstarted: nobody is near the window, everyone may go
+    assert all(w.is_set() for w in wakes)
