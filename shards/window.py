@@ -4,9 +4,10 @@ The run topics are first in, first out per partition. A tenant whose 100,000 run
 09:00 would otherwise be claimed and published at once, and every run any other tenant has
 due after that instant would wait behind all of them on every partition. So a tenant's runs
 that are claimed and not started yet (`pending` with a publish lease, cluster-wide) are
-bounded by `limit`: a leader claims a tenant's due entries only while the tenant has room,
-and keeps the rest in its held queue (`ShardLeader._held`), outside the wheel, until the
-workers have started enough of them. Another tenant's runs that come due meanwhile have room
+bounded by `limit` (`TICKWHEEL_TENANT_DISPATCH_WINDOW`): a leader claims a tenant's due
+entries only while the tenant has room, at most a quarter of the window per claim, and keeps
+the rest in its held queue (`ShardLeader._held`), outside the wheel, until the workers have
+started enough of them. Another tenant's runs that come due meanwhile have room
 of their own, are claimed at their tick and wait behind at most `limit` runs of the burst.
 
 Where the count comes from: every claim adds its entries to its tenant's tally when it takes

@@ -137,7 +137,7 @@ class Settings(BaseSettings):
         "the change feed and the horizon's extensions keep the wheel current), seconds",
     )
     tenant_dispatch_window: int = Field(
-        5000,
+        2000,
         ge=0,
         description="runs of one tenant that may be claimed and not started yet, cluster-wide "
         "(each scheduler process stops claiming the tenant's due runs at this many until the "
