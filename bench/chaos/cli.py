@@ -51,6 +51,14 @@ from tickwheel.bench.chaos.faults import DEFAULT_KINDS, FAULTS
     "ZooKeeper client, 3 quorum, 3 election, 2 Postgres; default 62100-62116).",
 )
 @click.option(
+    "--dispatch-window",
+    type=click.IntRange(0, 1_000_000),
+    default=None,
+    help="TICKWHEEL_TENANT_DISPATCH_WINDOW of the system under test (default: its default, "
+    "which a round's burst does not reach; below the burst, every round's claims are held "
+    "and released through the window while the faults strike).",
+)
+@click.option(
     "--jars-from",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     default=None,
@@ -66,6 +74,7 @@ def chaos(
     burst: int | None,
     root: Path,
     ports: str | None,
+    dispatch_window: int | None,
     jars_from: Path | None,
 ) -> None:
     """Break a private stack on purpose, round after round, and check the run ledger: lost,
@@ -119,7 +128,10 @@ def chaos(
             ) from None
         private = Ports(*numbers) if stack == "single" else ReplicatedPorts.of(numbers)
     jars = jars_from or default_jars()
-    options = Options(rounds, seed, burst or DEFAULT_BURST[stack], chosen, root, private, jars)
+    options = Options(
+        rounds, seed, burst or DEFAULT_BURST[stack], chosen, root, private, jars,
+        dispatch_window=dispatch_window,
+    )  # fmt: skip
     try:
         report = Harness(options, echo=click.echo).run()
     except (RuntimeError, OSError) as exc:

@@ -69,6 +69,7 @@ class Deployment:
     echo: object = print
     broken: frozenset[str] = frozenset()  # test-only broken variants every process runs
     zone_dir: Path | None = None  # zones of the harness's own, read before the system's
+    dispatch_window: int | None = None  # TICKWHEEL_TENANT_DISPATCH_WINDOW (None: the default)
     stack: DevStack | ReplicatedStack | None = None
     _procs: Supervisor | None = None  # made once the private stack is up (its env needs it)
     cutters: dict[str, CommitCutter] = field(default_factory=dict)
@@ -168,6 +169,8 @@ class Deployment:
         )
         if self.broken:
             env[broken.ENV] = ",".join(sorted(self.broken))
+        if self.dispatch_window is not None:
+            env["TICKWHEEL_TENANT_DISPATCH_WINDOW"] = str(self.dispatch_window)
         if self.zone_dir is not None:
             env["PYTHONTZPATH"] = os.pathsep.join([str(self.zone_dir), *zoneinfo.TZPATH])
         return env

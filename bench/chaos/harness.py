@@ -90,6 +90,7 @@ class Options:
     jars_from: Path | None = None
     broken: frozenset[str] = frozenset()  # test-only broken variants (tickwheel/broken.py)
     burst_sleep_ms: int = BURST_SLEEP_MS  # how long each burst run holds its slot
+    dispatch_window: int | None = None  # the system's TICKWHEEL_TENANT_DISPATCH_WINDOW
 
     @property
     def stack(self) -> str:
@@ -186,6 +187,7 @@ class Harness:
         self.own_stack = deployment is None
         self.deployment = deployment or Deployment(options.root, options.ports, echo=echo)
         self.deployment.broken = options.broken
+        self.deployment.dispatch_window = options.dispatch_window
         self.deployment.zone_dir = options.root / "zones" if dst_rounds else None
         self.deployment.reset_processes()
         self.dst_rounds = dst_rounds
