@@ -178,14 +178,14 @@ async def fenced(conn: Conn, lease: Lease) -> AsyncIterator[Conn]:
 async def horizon(conn: Conn, shard: int, until_ms: int) -> tuple[list[JobEntry], list[RetryEntry]]:
     """The shard's active jobs and retrying runs due before `until_ms`, from one snapshot."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
-        jobs = await conn.fetch(QUERIES["horizon_jobs"], shard, until_ms)
+        jobs = await conn.fetch(QUERIES["horizon_jobs"], shard, 0, until_ms)
         retries = await conn.fetch(QUERIES["horizon_retries"], shard, until_ms)
     return [entry_of(r) for r in jobs], [_retry_entry(r) for r in retries]
 
 
 async def horizon_slice(conn: Conn, shard: int, from_ms: int, until_ms: int) -> list[JobEntry]:
     """The shard's active jobs due in [`from_ms`, `until_ms`): what the horizon newly covers."""
-    rows = await conn.fetch(QUERIES["horizon_jobs_slice"], shard, from_ms, until_ms)
+    rows = await conn.fetch(QUERIES["horizon_jobs"], shard, from_ms, until_ms)
     return [entry_of(r) for r in rows]
 
 

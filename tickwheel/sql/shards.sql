@@ -72,18 +72,8 @@ SELECT epoch, owner FROM shard_leaders WHERE shard_id = $1 FOR SHARE
 UPDATE shard_leaders SET owner = NULL WHERE shard_id = $1 AND epoch = $2 AND owner = $3
 
 -- horizon_jobs --
--- The horizon load: a shard's active jobs due before $2 (index jobs_due).
-SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
-       (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
-       j.kind, j.schedule, j.timezone, j.dst_gap, j.dst_overlap, j.misfire_policy,
-       j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy
-FROM jobs j
-WHERE j.shard_id = $1 AND j.status = 'active'
-  AND j.next_run_at < 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
-
--- horizon_jobs_slice --
--- The horizon's extension: a shard's active jobs due in [$2, $3), the slice of time the
--- horizon newly covers (index jobs_due, a range of it). The columns are horizon_jobs'.
+-- A shard's active jobs due in [$2, $3) (index jobs_due, a range of it): the whole horizon
+-- ($2 = 0, at takeover and the full reload) or the slice of time its extension newly covers.
 SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
        (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
        j.kind, j.schedule, j.timezone, j.dst_gap, j.dst_overlap, j.misfire_policy,
