@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tickwheel.bench.chaos.deployment import REPLICATED, SINGLE
+from tickwheel.bench.chaos.deployment import REPLICATED, SINGLE, Deployment, Ports
 from tickwheel.bench.chaos.faults import DEFAULT_KINDS, FAULTS
 from tickwheel.bench.chaos.harness import Options, plan
 from tickwheel.bench.chaos.workload import dst_jobs, fold_at, make_workload
@@ -95,3 +95,12 @@ def test_dst_jobs_are_judged_and_allowed_by_their_overlap_policy() -> None:
     second_copy = [run_key("t", d.ids[p], at + 5000) for p in ("first", "last", "both")]
     assert [k in allowed for k in first_copy] == [True, False, True]
     assert [k in allowed for k in second_copy] == [False, True, True]
+
+
+def test_the_dispatch_window_reaches_the_system_under_test_only_when_given() -> None:
+    """`--dispatch-window N` sets the processes' TICKWHEEL_TENANT_DISPATCH_WINDOW; without it
+    they keep the system's default (no such variable leaks in from the harness's own env)."""
+    deployment = Deployment(Path("/nonexistent"), Ports())
+    assert "TICKWHEEL_TENANT_DISPATCH_WINDOW" not in deployment.env()
+    deployment.dispatch_window = 50
+    assert deployment.env()["TICKWHEEL_TENANT_DISPATCH_WINDOW"] == "50"
