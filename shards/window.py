@@ -10,14 +10,14 @@ the rest in its held queue (`ShardLeader._held`), outside the wheel, until the w
 started enough of them. Another tenant's runs that come due meanwhile have room
 of their own, are claimed at their tick and wait behind at most `limit` runs of the burst.
 
-Where the count comes from: every claim adds its entries to its tenant's tally when it takes
-them and settles with the runs it committed; while a
-tenant's tally is at least half the limit (it is *watched*), `run` counts that tenant's
-unstarted runs in Postgres every `refresh_s` (one statement for every watched tenant,
-through the `job_runs_lease` index), and the count replaces the tally, plus what was claimed
-since the count began. A tenant below half the limit costs nothing: no statement runs unless
-some tenant is watched. The bound is soft by what other scheduler processes claim between
-two counts (each adds to its own tally only).
+Where the count comes from: a claim reserves its entries when it takes them and settles
+with the runs it committed; while what a tenant uses (its last count, the runs claims
+committed since, the reservations not settled yet) is at least half the limit, the tenant is
+*watched*, and `run` counts its unstarted runs in Postgres every `refresh_s` (one statement
+for every watched tenant, one probe of the `job_runs_lease` index per shard). A tenant below
+half the limit costs nothing: no statement runs unless some tenant is watched. The bound is
+soft by what other scheduler processes claim between two counts (each adds its own claims
+only).
 """
 
 from __future__ import annotations
