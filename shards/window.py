@@ -145,8 +145,7 @@ class DispatchWindow:
             await stop.wait()
             return
         while not stop.is_set():
-            tenants = self.begin_count()
-            if not tenants:
+            if not self.watched():
                 self._watch.clear()
                 waiting = asyncio.ensure_future(self._watch.wait())
                 stopping = asyncio.ensure_future(stop.wait())
@@ -155,26 +154,26 @@ class DispatchWindow:
                 stopping.cancel()
                 continue
             try:
-                counts = await count_unstarted(pool, tenants, self._shards)
+                await self._count(pool)
             except dbmod.DB_ERRORS:
                 log.warning("counting unstarted runs failed; retrying", exc_info=True)
-                counts = None
-            if counts is not None:
-                self.apply(counts, tenants)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.refresh_s)
 
-
-async def count_unstarted(
-    pool: asyncpg.Pool, tenants: list[str], shards: list[int]
-) -> dict[str, int]:
-    """Per tenant, its runs claimed and not started, cluster-wide (`window_unstarted`)."""
-    async with pool.acquire() as conn, conn.transaction(readonly=True):
-        # Index probes only, as in the workers' sessions: a day partition analysed while its
-        # runs were in flight would otherwise be read whole (db.KEYED_LOOKUPS).
-        await conn.execute(_KEYED_LOOKUPS)
-        rows = await conn.fetch(QUERIES["window_unstarted"], tenants, shards)
-    return {r["tenant"]: r["unstarted"] for r in rows}
+    async def _count(self, pool: asyncpg.Pool) -> None:
+        async with pool.acquire() as conn, conn.transaction(readonly=True):
+            # Index probes only, as in the workers' sessions: a day partition analysed while
+            # its runs were in flight would otherwise be read whole (db.KEYED_LOOKUPS).
+            await conn.execute(_KEYED_LOOKUPS)
+            # The count begins here, once the connection is ours, just before the statement
+            # takes its snapshot: begun before the pool's wait (a second, under load), every
+            # claim committed meanwhile was in both the count and `_since`, and the window
+            # looked full with 209 runs unstarted.
+            tenants = self.begin_count()
+            if not tenants:
+                return
+            rows = await conn.fetch(QUERIES["window_unstarted"], tenants, self._shards)
+        self.apply({r["tenant"]: r["unstarted"] for r in rows}, tenants)
 
 
 _KEYED_LOOKUPS = "; ".join(f"SET LOCAL {k} = {v}" for k, v in dbmod.KEYED_LOOKUPS.items())

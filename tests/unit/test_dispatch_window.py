@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -99,3 +101,56 @@ def test_a_count_wakes_as_many_leaders_as_the_room_it_freed_can_feed() -> None:
     window.begin_count()
     window.apply({}, ["a"])  # nothing unstarted: nobody is near the window, everyone may go
     assert all(w.is_set() for w in wakes)
+
+
+class _Conn:
+    """A connection that answers the count with what the database holds when it is asked."""
+
+    def __init__(self, unstarted: dict[str, int]) -> None:
+        self.unstarted = unstarted
+
+    def transaction(self, **_: object) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()  # type: ignore[return-value]
+
+    async def execute(self, _sql: str) -> None:
+        return None
+
+    async def fetch(
+        self, _sql: str, tenants: list[str], _shards: list[int]
+    ) -> list[dict[str, object]]:
+        return [{"tenant": t, "unstarted": n} for t, n in self.unstarted.items() if t in tenants]
+
+
+class _SlowPool:
+    """A pool whose connection comes only after `release` is set (other leaders hold them)."""
+
+    def __init__(self, conn: _Conn) -> None:
+        self.conn = conn
+        self.release = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[_Conn]:
+        await self.release.wait()
+        yield self.conn
+
+
+def test_claims_committed_while_the_count_waits_for_a_connection_are_not_counted_twice() -> None:
+    """The count begins once it holds a connection: 900 runs claimed (and so in the database)
+    while it waited are in its answer, not in its answer and again in what was claimed since."""
+
+    async def go() -> None:
+        window = DispatchWindow(2000, 0.1, 4)
+        window.reserve(["a"] * 1000)
+        window.settle(["a"] * 1000, ["a"] * 1000)  # watched: half the window
+        conn = _Conn({"a": 1000})
+        pool = _SlowPool(conn)
+        counting = asyncio.ensure_future(window._count(pool))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        window.reserve(["a"] * 900)
+        window.settle(["a"] * 900, ["a"] * 900)  # committed while the count waits
+        conn.unstarted["a"] = 1900
+        pool.release.set()
+        await counting
+        assert window.room("a") == 2000 - 1900
+
+    asyncio.run(go())
