@@ -87,6 +87,7 @@ class Scheduler:
         self.feed: ChangeFeed | None = None
         self.shared: Shared | None = None
         self._pool: asyncpg.Pool | None = None
+        self._window_pool: asyncpg.Pool | None = None
         self._outbox: Outbox | None = None
 
     async def start(self, process: Process) -> None:
@@ -154,7 +155,20 @@ class Scheduler:
         process.on_close(self.close)
         process.spawn("election", self._coordinate(process))
         process.spawn("feed", self.feed.run(process.stop))
-        process.spawn("window", self.shared.window.run(self._pool, process.stop))
+        # The window's counts have a connection of their own: from the leaders' pool a count
+        # waited for one about a second in a steady 5,000/s run, and a window that sees the
+        # workers' progress a second late holds back what they could already run.
+        self._window_pool = await db.create_pool(
+            s.effective_dsn,
+            min_size=1,
+            max_size=1,
+            server_settings={
+                **db.KEYED_LOOKUPS,
+                "application_name": store.scheduler_app_name(self.member_id),
+            },
+            reset_sessions=False,
+        )
+        process.spawn("window", self.shared.window.run(self._window_pool, process.stop))
         log.info(
             "scheduler started",
             extra={"member": self.member_id, "shards": s.shards, "prefix": s.topic_prefix},
@@ -281,6 +295,8 @@ class Scheduler:
             await asyncio.get_running_loop().run_in_executor(None, self._outbox.close)
         if self._pool is not None:
             await self._pool.close()
+        if self._window_pool is not None:
+            await self._window_pool.close()
 
 
 class _MemberField(logging.Filter):

@@ -161,10 +161,9 @@ class DispatchWindow:
                 await asyncio.wait_for(stop.wait(), self.refresh_s)
 
     async def _count(self, pool: asyncpg.Pool) -> None:
-        async with pool.acquire() as conn, conn.transaction(readonly=True):
-            # Index probes only, as in the workers' sessions: a day partition analysed while
-            # its runs were in flight would otherwise be read whole (db.KEYED_LOOKUPS).
-            await conn.execute(_KEYED_LOOKUPS)
+        # The pool's sessions plan index probes only, as the workers' do (db.KEYED_LOOKUPS): a
+        # day partition analysed while its runs were in flight would otherwise be read whole.
+        async with pool.acquire() as conn:
             # The count begins here, once the connection is ours, just before the statement
             # takes its snapshot: begun before the pool's wait (a second, under load), every
             # claim committed meanwhile was in both the count and `_since`, and the window
@@ -174,9 +173,6 @@ class DispatchWindow:
                 return
             rows = await conn.fetch(QUERIES["window_unstarted"], tenants, self._shards)
         self.apply({r["tenant"]: r["unstarted"] for r in rows}, tenants)
-
-
-_KEYED_LOOKUPS = "; ".join(f"SET LOCAL {k} = {v}" for k, v in dbmod.KEYED_LOOKUPS.items())
 
 
 def _bump(counts: dict[str, int], delta: Counter[str], sign: int = 1) -> None:

@@ -109,12 +109,6 @@ class _Conn:
     def __init__(self, unstarted: dict[str, int]) -> None:
         self.unstarted = unstarted
 
-    def transaction(self, **_: object) -> contextlib.AbstractAsyncContextManager[None]:
-        return contextlib.nullcontext()  # type: ignore[return-value]
-
-    async def execute(self, _sql: str) -> None:
-        return None
-
     async def fetch(
         self, _sql: str, tenants: list[str], _shards: list[int]
     ) -> list[dict[str, object]]:
