@@ -432,9 +432,9 @@ class ShardLeader:
         queue = self._held
         self._hold(due)
         size = self.cfg.claim_batch
-        room = self.s.window.share
+        share = self.s.window.share
         while queue:
-            batch = queue.take(size, room)
+            batch = queue.take(size, share)
             if not batch:
                 self.s.window.wait_for_room(self.wake)
                 break
@@ -540,8 +540,7 @@ class ShardLeader:
         except store.DB_ERRORS:
             log.warning("retry claim failed", extra={"shard": self.shard}, exc_info=True)
             for retry in chunk:
-                key = run_key(retry.tenant, retry.job_id, retry.scheduled_ms)
-                self.wheel.schedule(key, retry.retry_ms, retry)
+                self.wheel.schedule(_retry_key(retry), retry.retry_ms, retry)
             self.s.window.settle((r.tenant for r in chunk), ())
             await asyncio.sleep(RETRY_BACKOFF_S)
             return

@@ -70,9 +70,7 @@ class DispatchWindow:
         """What one claim may take of a tenant: its room, and at most a quarter of the window.
         A claim holds its shard's leader until it commits, so a burst claimed in claims of a
         whole window would keep another tenant's runs due on that shard waiting that long."""
-        if not self.limit:
-            return 1 << 62
-        return min(self.limit - self._used(tenant), self._share_cap)
+        return min(self.room(tenant), self._share_cap) if self.limit else self.room(tenant)
 
     def reserve(self, tenants: Iterable[str]) -> None:
         """Entries just taken for a claim, one tenant name per entry: counted at once, before
