@@ -360,12 +360,14 @@ class ShardLeader:
 
     def apply_job_row(self, row: asyncpg.Record) -> None:
         """A job row from the change feed or a refresh: schedule or cancel its wheel entry."""
-        key = job_key(row["tenant"], row["job_id"])
         next_ms = row["next_run_at"]
         if row["status"] == JobStatus.ACTIVE and next_ms is not None:
-            self._offer(key, row["version"], next_ms, store.entry_of(row))
+            # The wheel keeps the entry's own key: a second string per loaded job was ~80 of
+            # its bytes (docs/BENCHMARKS.md, *Memory of a loaded job*).
+            entry = store.entry_of(row)
+            self._offer(entry.key, entry.version, next_ms, entry)
         else:
-            self._offer(key, row["version"], NO_NEXT_MS, None)
+            self._offer(job_key(row["tenant"], row["job_id"]), row["version"], NO_NEXT_MS, None)
         self.wake.set()
 
     def _offer(self, key: str, version: int, next_ms: int, entry: JobEntry | None) -> None:
