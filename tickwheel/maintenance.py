@@ -19,7 +19,10 @@ What retention removes, given `retention_days` (the cutoff is the start of the U
 - the per-run records of replays older than the cutoff (the replay summaries stay);
 - trigger idempotency keys older than a day (they answer nothing after 24 hours anyway);
 - the message ids of signed registrations past their expiry (their signature window, after
-  which the intake refuses the message by its signing instant alone).
+  which the intake refuses the message by its signing instant alone);
+- the rows of target hosts and of jobs' own target limits that no call has written since the
+  cutoff and whose state is a new row's (rate caught up, no failures, breaker closed): the
+  next call adds the row again, so a job's limit row does not outlive the job.
 
 Running it twice removes nothing more; it is safe to run from several processes at once
 (partition upkeep takes an advisory lock, job removal skips rows another remover holds).
@@ -51,6 +54,7 @@ class GcReport:
     removed_replay_records: int = 0
     removed_trigger_keys: int = 0
     removed_registration_ids: int = 0
+    removed_target_rows: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +64,7 @@ class GcReport:
             "removed_replay_records": self.removed_replay_records,
             "removed_trigger_keys": self.removed_trigger_keys,
             "removed_registration_ids": self.removed_registration_ids,
+            "removed_target_rows": self.removed_target_rows,
         }
 
 
@@ -85,6 +90,7 @@ async def run_gc(
     status = await conn.execute(QUERIES["gc_replay_audit_runs"], cutoff)
     keys = await conn.execute(QUERIES["gc_trigger_requests"])
     ids = await conn.execute(QUERIES["gc_registration_ids"])
+    targets = await conn.execute(QUERIES["gc_target_hosts"], cutoff)
     return GcReport(
         keep_from,
         dropped,
@@ -92,6 +98,7 @@ async def run_gc(
         int(status.split()[-1]),
         int(keys.split()[-1]),
         int(ids.split()[-1]),
+        int(targets.split()[-1]),
     )
 
 

@@ -224,6 +224,49 @@ def test_runs_ls_and_show(db_dsn: str) -> None:
     assert unknown.stderr == f"tickwheel: no run {tenant}/a@1 in job_runs\n"
 
 
+def test_gc_removes_idle_target_rows_and_keeps_every_row_with_state(db_dsn: str) -> None:
+    """gc removes target-limit rows (a host's, a job's own) that nobody called since the
+    cutoff and that hold what a new row would; a row called recently, with failures counted,
+    an open breaker, a live probe or a rate still ahead stays; the next call adds a removed
+    row again"""
+    p = f"h{uuid.uuid4().hex[:8]}"
+    old = "now() - interval '20 days'"
+    ahead = "now() + interval '1 h'"
+    rows = {
+        f"job:{p}/gone": f"updated_at = {old}",
+        f"{p}-idle:80": f"updated_at = {old}",
+        f"{p}-recent:80": "updated_at = now() - interval '1 day'",
+        f"{p}-failing:80": f"updated_at = {old}, failures = 2",
+        f"{p}-open:80": f"updated_at = {old}, open_until = {ahead}",
+        f"{p}-probe:80": f"updated_at = {old}, probe_owner = 'w', probe_until = {ahead}",
+        f"{p}-ahead:80": f"updated_at = {old}, tat_us = extract(epoch FROM {ahead}) * 1e6",
+    }
+
+    async def arrange() -> None:
+        conn = await asyncpg.connect(db_dsn)
+        try:
+            for key, assignments in rows.items():
+                await conn.execute(QUERIES["target_host_add"], key)
+                await conn.execute(f"UPDATE target_hosts SET {assignments} WHERE host = $1", key)
+        finally:
+            await conn.close()
+
+    asyncio.run(arrange())
+    result = _cli(db_dsn, "gc", "--json", TICKWHEEL_RETENTION_DAYS="10")
+    assert result.exit_code == 0, result.output
+    assert orjson.loads(result.stdout)["removed_target_rows"] >= 2
+    sql = "SELECT host FROM target_hosts WHERE host LIKE $1 OR host LIKE $2"
+    left = {r["host"] for r in asyncio.run(_fetch(db_dsn, sql, f"{p}-%", f"job:{p}/%"))}
+    assert left == set(rows) - {f"job:{p}/gone", f"{p}-idle:80"}
+
+    # A removed key is a key no worker has called yet: its first take adds the row again,
+    # fresh, and a gc right after leaves it.
+    asyncio.run(_fetch(db_dsn, QUERIES["target_host_add"], f"{p}-idle:80"))
+    assert _cli(db_dsn, "gc", "--json", TICKWHEEL_RETENTION_DAYS="10").exit_code == 0
+    left = {r["host"] for r in asyncio.run(_fetch(db_dsn, sql, f"{p}-%", f"job:{p}/%"))}
+    assert f"{p}-idle:80" in left
+
+
 def test_gc_drops_old_partitions_and_old_completed_one_offs(db_dsn: str) -> None:
     """gc drops run history and completed one-offs older than the retention, keeps the rest,
     and takes the removed one-offs off their tenant's job counter"""

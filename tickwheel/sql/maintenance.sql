@@ -45,3 +45,16 @@ DELETE FROM trigger_requests WHERE created_at < now() - interval '24 hours'
 -- Retention: message ids of signed registrations past their expiry; a message signed that
 -- long ago is refused by its signing instant before any id is looked up.
 DELETE FROM registration_ids WHERE expires_at < now()
+
+-- gc_target_hosts --
+-- Retention: rows of `target_hosts` (a host's limit, or a job's own share `job:<tenant>/<job_id>`)
+-- that no call has written since $1 and that hold nothing a new row would not: the rate's
+-- theoretical arrival time passed, no failure counted, the breaker closed, no probe alive.
+-- The next call to such a key adds its row again (`target_host_add`) and is granted what this
+-- row would have granted; without this a job's row outlived the job. A call that writes the
+-- row meanwhile (its `target_take` locks it) moves `updated_at`, and the row stays.
+DELETE FROM target_hosts
+WHERE updated_at < $1::timestamptz AND failures = 0
+  AND (open_until IS NULL OR open_until <= now())
+  AND (probe_until IS NULL OR probe_until <= now())
+  AND tat_us <= (extract(epoch FROM now()) * 1000000)::bigint
