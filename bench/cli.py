@@ -10,11 +10,13 @@ processes' logs stay in `--log-dir` (default: a fresh temporary folder, printed)
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
 import tempfile
 from collections.abc import Coroutine
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,7 +48,62 @@ def bench() -> None:
 bench.add_command(chaos)
 
 
+@dataclass(frozen=True)
+class FleetOptions:
+    """The options every burst command shares (`_common`): the fleet, the registration, the
+    scratch topics, and where the figures and logs go."""
+
+    shards: int | None
+    schedulers: int
+    workers: int
+    concurrency: int | None
+    handler_text: str
+    registration: str
+    partitions: int | None
+    lead_s: float | None
+    json_path: Path | None
+    plot_path: Path | None
+    log_dir: Path | None
+
+    def config(self, s: Settings, jobs: int, spread_ms: int) -> BurstConfig:
+        """The burst of `jobs` due over `spread_ms` from T0 on this fleet (a bad --handler
+        exits with a usage error)."""
+        from tickwheel.bench.burst import BurstConfig
+        from tickwheel.bench.load import Handler
+
+        try:
+            handler = Handler.parse(self.handler_text)
+        except ValueError as exc:
+            fail(str(exc), EXIT_BAD_INPUT)
+        folder = self.log_dir or Path(tempfile.mkdtemp(prefix="tickwheel-bench-"))
+        click.echo(f"process logs: {folder}", err=True)
+        return BurstConfig(
+            jobs=jobs,
+            shards=self.shards or s.shards,
+            schedulers=self.schedulers,
+            workers=self.workers,
+            concurrency=self.concurrency,
+            spread_ms=spread_ms,
+            handler=handler,
+            registration=self.registration,
+            partitions=self.partitions or s.topic_partitions,
+            lead_s=self.lead_s,
+            log_dir=folder,
+            horizon_s=s.horizon_s,
+        )
+
+
+_FLEET_OPTIONS = tuple(f.name for f in fields(FleetOptions))
+
+
 def _common(fn: Any) -> Any:
+    """The shared options, handed to the command as one `fleet: FleetOptions`."""
+
+    @functools.wraps(fn)
+    def command(**kwargs: Any) -> Any:
+        fleet = FleetOptions(**{name: kwargs.pop(name) for name in _FLEET_OPTIONS})
+        return fn(fleet=fleet, **kwargs)
+
     options = [
         click.option(
             "--shards", type=click.IntRange(1, 4096), default=None, help="Default TICKWHEEL_SHARDS."
@@ -91,47 +148,8 @@ def _common(fn: Any) -> Any:
         click.option("--log-dir", type=click.Path(path_type=Path), default=None),
     ]
     for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-def _burst_config(
-    s: Settings,
-    jobs: int,
-    spread_ms: int,
-    shards: int | None,
-    schedulers: int,
-    workers: int,
-    concurrency: int | None,
-    handler_text: str,
-    registration: str,
-    partitions: int | None,
-    lead_s: float | None,
-    log_dir: Path | None,
-) -> BurstConfig:
-    from tickwheel.bench.burst import BurstConfig
-    from tickwheel.bench.load import Handler
-
-    try:
-        handler = Handler.parse(handler_text)
-    except ValueError as exc:
-        fail(str(exc), EXIT_BAD_INPUT)
-    folder = log_dir or Path(tempfile.mkdtemp(prefix="tickwheel-bench-"))
-    click.echo(f"process logs: {folder}", err=True)
-    return BurstConfig(
-        jobs=jobs,
-        shards=shards or s.shards,
-        schedulers=schedulers,
-        workers=workers,
-        concurrency=concurrency,
-        spread_ms=spread_ms,
-        handler=handler,
-        registration=registration,
-        partitions=partitions or s.topic_partitions,
-        lead_s=lead_s,
-        log_dir=folder,
-        horizon_s=s.horizon_s,
-    )
+        command = option(command)
+    return command
 
 
 # Settings the child processes inherit that say where, not how: left out of the record (a DSN
@@ -275,26 +293,13 @@ def hot_second(
     baseline: str,
     no_baseline: bool,
     baseline_jobs: int | None,
-    shards: int | None,
-    schedulers: int,
-    workers: int,
-    concurrency: int | None,
-    handler_text: str,
-    registration: str,
-    partitions: int | None,
-    lead_s: float | None,
-    json_path: Path | None,
-    plot_path: Path | None,
-    log_dir: Path | None,
+    fleet: FleetOptions,
 ) -> None:
     """N one-off jobs due in the same second: how fast are they claimed, published, run?"""
     from tickwheel.bench.report import burst_json, burst_table, plot
 
     s = settings()
-    cfg = _burst_config(
-        s, jobs, spread_ms, shards, schedulers, workers, concurrency, handler_text,
-        registration, partitions, lead_s, log_dir,
-    )  # fmt: skip
+    cfg = fleet.config(s, jobs, spread_ms)
 
     naive = not no_baseline and baseline in ("naive", "both")
     with_floor = not no_baseline and baseline in ("floor", "both")
@@ -315,10 +320,10 @@ def hot_second(
         summary, base.to_json() if base else None, meta, floor.to_json() if floor else None
     )
     click.echo(burst_table(out))
-    _write_json(json_path, out)
-    if plot_path is not None:
+    _write_json(fleet.json_path, out)
+    if fleet.plot_path is not None:
         plot(
-            plot_path,
+            fleet.plot_path,
             f"tickwheel: {jobs:,} jobs due at T0",
             result.rows,
             result.t0_ms,
@@ -327,7 +332,7 @@ def hot_second(
             result.first_append,
             (floor.rows, floor.t0_ms) if floor else None,
         )
-        click.echo(f"plot: {plot_path}", err=True)
+        click.echo(f"plot: {fleet.plot_path}", err=True)
 
 
 @bench.command("steady")
@@ -339,17 +344,7 @@ def hot_second(
 def steady(
     rate: int,
     duration: int,
-    shards: int | None,
-    schedulers: int,
-    workers: int,
-    concurrency: int | None,
-    handler_text: str,
-    registration: str,
-    partitions: int | None,
-    lead_s: float | None,
-    json_path: Path | None,
-    plot_path: Path | None,
-    log_dir: Path | None,
+    fleet: FleetOptions,
 ) -> None:
     """RATE runs per second for DURATION seconds (one-offs registered ahead, due evenly):
     publish and start lateness against each run's scheduled instant."""
@@ -357,10 +352,7 @@ def steady(
     from tickwheel.bench.report import burst_json, lateness_json, lateness_table, plot
 
     s = settings()
-    cfg = _burst_config(
-        s, rate * duration, duration * 1000, shards, schedulers, workers, concurrency,
-        handler_text, registration, partitions, lead_s, log_dir,
-    )  # fmt: skip
+    cfg = fleet.config(s, rate * duration, duration * 1000)
 
     result = _run(_burst(s, cfg))
     summary, meta = _summary(result)
@@ -378,10 +370,10 @@ def steady(
     )
     for note in result.notes:
         click.echo(f"NOTE: {note}")
-    _write_json(json_path, out)
-    if plot_path is not None:
+    _write_json(fleet.json_path, out)
+    if fleet.plot_path is not None:
         plot(
-            plot_path,
+            fleet.plot_path,
             f"tickwheel: {rate:,} runs/s for {duration} s",
             result.rows,
             result.t0_ms,
@@ -389,7 +381,7 @@ def steady(
             None,
             result.first_append,
         )
-        click.echo(f"plot: {plot_path}", err=True)
+        click.echo(f"plot: {fleet.plot_path}", err=True)
 
 
 @bench.command("tenants")
@@ -421,17 +413,7 @@ def tenants(
     other_jobs: int,
     other_spread_ms: int,
     no_alone: bool,
-    shards: int | None,
-    schedulers: int,
-    workers: int,
-    concurrency: int | None,
-    handler_text: str,
-    registration: str,
-    partitions: int | None,
-    lead_s: float | None,
-    json_path: Path | None,
-    plot_path: Path | None,
-    log_dir: Path | None,
+    fleet: FleetOptions,
 ) -> None:
     """One tenant's burst of JOBS due at T0 and another tenant's OTHER-JOBS in the same second:
     how soon the small tenant's runs start, and what the burst's completion costs beside the
@@ -439,14 +421,11 @@ def tenants(
     from dataclasses import replace
 
     from tickwheel.bench.analysis import by_tenant
-    from tickwheel.bench.report import tenants_json, tenants_table
+    from tickwheel.bench.report import plot_tenants, tenants_json, tenants_table
     from tickwheel.bench.scratch import TENANT
 
     s = settings()
-    cfg = _burst_config(
-        s, jobs, 0, shards, schedulers, workers, concurrency, handler_text, registration,
-        partitions, lead_s, log_dir,
-    )  # fmt: skip
+    cfg = fleet.config(s, jobs, 0)
     together_cfg = replace(cfg, other_jobs=other_jobs, other_spread_ms=other_spread_ms)
 
     async def go() -> tuple[BurstResult | None, BurstResult]:
@@ -477,9 +456,16 @@ def tenants(
                 f"{name.split('_')[0]}: lost {o['lost']}   duplicates {o['duplicates']}   "
                 f"not completed {o['not_completed']}"
             )
-    _write_json(json_path, out)
-    if plot_path is not None:
-        click.echo("--plot is not drawn for this scenario", err=True)
+    _write_json(fleet.json_path, out)
+    if fleet.plot_path is not None:
+        plot_tenants(
+            fleet.plot_path,
+            f"tickwheel: {jobs:,} jobs of {TENANT} at T0, {other_jobs:,} of another over "
+            f"{other_spread_ms:,} ms",
+            together.rows,
+            together.t0_ms,
+        )
+        click.echo(f"plot: {fleet.plot_path}", err=True)
 
 
 @bench.command("floor-claimer", hidden=True)

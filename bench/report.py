@@ -233,13 +233,7 @@ def plot(
 ) -> None:
     """Cumulative runs over time: the measured system with the floor's completions beside it,
     and the naive baseline's claims in a panel of their own."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise RuntimeError("--plot needs matplotlib (pip install 'tickwheel[dev]')") from None
+    plt = _pyplot()
     panels = 2 if baseline_rows else 1
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.5), squeeze=False)
     ax = axes[0][0]
@@ -270,6 +264,42 @@ def plot(
         bx.set_xlabel("seconds since start")
         bx.grid(alpha=0.3)
         bx.legend(loc="upper left")
+    _save(plt, fig, path)
+
+
+def plot_tenants(path: Path, title: str, rows: list[RunRecord], t0_ms: int) -> None:
+    """Each tenant's runs started over time, as a share of that tenant's runs: a burst of
+    100,000 and a tenant of 100 on one scale."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    started: dict[str, list[int]] = {}
+    for r in rows:
+        if r.started_ms is not None:
+            started.setdefault(r.run_key.split("/", 1)[0], []).append(r.started_ms)
+    for tenant, instants in sorted(started.items()):
+        xs, ys = cumulative(instants, t0_ms)
+        share = [100 * y / len(instants) for y in ys]
+        ax.step(xs, share, where="post", label=f"{tenant} ({len(instants):,} runs): started")
+    ax.set_title(title)
+    ax.set_xlabel("seconds since T0")
+    ax.set_ylabel("share of the tenant's runs (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    _save(plt, fig, path)
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RuntimeError("--plot needs matplotlib (pip install 'tickwheel[dev]')") from None
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: Path) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

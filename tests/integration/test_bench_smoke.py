@@ -66,10 +66,12 @@ def test_two_tenant_burst_reports_each_tenant(stack: Addresses, tmp_path: Path) 
     }
     done = subprocess.run(
         [TICKWHEEL, "bench", "tenants", "--jobs", "1000", "--other-jobs", "20",
-         "--lead-s", "15", "--json", str(out), "--log-dir", str(tmp_path / "logs")],
+         "--lead-s", "15", "--json", str(out), "--log-dir", str(tmp_path / "logs"),
+         "--plot", str(tmp_path / "tenants.png")],
         env=env, capture_output=True, timeout=280,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert (tmp_path / "tenants.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     result = json.loads(out.read_text())
     assert set(result["alone"]) == {"bench"} and set(result["together"]) == {"bench", "bench-b"}
     assert result["together"]["bench"]["completed_count"] == 1000

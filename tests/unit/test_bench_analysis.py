@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from tickwheel.bench.analysis import (
     summarize,
 )
 from tickwheel.bench.load import Handler, due_instants, expected_run_keys
+from tickwheel.bench.report import plot_tenants
 
 pytestmark = pytest.mark.unit
 
@@ -162,3 +164,16 @@ def test_figures_per_tenant_split_the_rows_by_the_run_keys_tenant() -> None:
     b = figures["bench-b"]
     assert b.runs == 2 and b.started.count == 1 and b.started.p50_s == 0.3
     assert b.start_lateness.p50_s == 0.1 and math.isinf(b.started.max_s)
+
+
+def test_the_tenants_plot_draws_each_tenants_starts(tmp_path: Path) -> None:
+    """plot_tenants writes a PNG of each tenant's share of runs started (a run not started
+    is left out, a tenant of one run is drawn too)"""
+    other = RunRecord(
+        run_key=f"bench-b/x@{T0}", scheduled_ms=T0, claimed_ms=T0 + 1, published_ms=T0 + 2,
+        started_ms=T0 + 3, finished_ms=T0 + 4, status="succeeded", attempt=1,
+    )  # fmt: skip
+    rows = [row("a", 1, 2, 500), row("b", 1, 2, None), other]
+    path = tmp_path / "deep" / "t.png"
+    plot_tenants(path, "two tenants", rows, T0)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
