@@ -159,6 +159,24 @@ class DeadRuns(BaseModel):
     items: list[DeadItem]
 
 
+class TenantItem(BaseModel):
+    tenant: str
+    created_at: str = Field(..., description="ISO-8601, UTC")
+    jobs: int = Field(..., description="registered jobs (rows not deleted)")
+    active_keys: int
+    max_jobs: int | None = Field(..., description="quota; null: none")
+    max_registrations_per_s: float | None = Field(..., description="quota; null: none")
+    registrations_burst: int | None = Field(..., description="null: one second's worth")
+    max_running: int | None = Field(..., description="cap on runs running at once; null: none")
+    running: int | None = Field(
+        ..., description="runs running now across the cluster; counted only when capped"
+    )
+
+
+class Tenants(BaseModel):
+    items: list[TenantItem]
+
+
 # --- endpoints -----------------------------------------------------------------------------------
 
 ops = APIRouter(prefix="/v1/ops", tags=["operators"], responses=ERRORS)
@@ -209,6 +227,15 @@ async def throughput(
         },
         headers=NO_STORE,
     )
+
+
+@ops.get(
+    "/tenants",
+    response_model=Tenants,
+    summary="Every tenant with its jobs, quotas, cap and, when capped, its runs running now",
+)
+async def tenants(ctx: Ctx, _: Operator) -> Response:
+    return JsonResponse({"items": await ctx.store.tenants()}, headers=NO_STORE)
 
 
 @ops.get("/dead", response_model=DeadRuns, summary="The newest dead runs, all tenants")

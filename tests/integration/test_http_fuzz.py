@@ -60,6 +60,7 @@ OPERATIONS = (
     ("GET", "/v1/ops/shards"),
     ("GET", "/v1/ops/throughput"),
     ("GET", "/v1/ops/dead"),
+    ("GET", "/v1/ops/tenants"),
 )
 LIMITS = Limits(
     payload_limit_bytes=8192, target_allowlist=("https://hooks.example.test/",), shards=SHARDS

@@ -251,3 +251,39 @@ async def test_the_job_quota_holds_for_two_registry_processes_writing_at_once(
     assert sum(created) == 5
     assert len(await _job_ids(db_dsn, limited)) == 5
     assert await _counted(db_dsn, limited) == 5
+
+
+async def test_operators_read_every_tenants_quotas_and_cap_over_http(
+    store: RegistryStore,
+) -> None:
+    """GET /v1/ops/tenants: an operator key sees each tenant's jobs, quotas and cap (what
+    `tickwheel tenant ls --json` prints); a tenant's key is refused with 403, no key with 401"""
+    from tickwheel.registry_api.ops.keys import OperatorKeys
+
+    limited, key = await _tenant(store, max_jobs=5, max_registrations_per_s=2.5)
+    await store.set_max_running(limited, 7)
+    plain, _ = await _tenant(store)
+    operator = await OperatorKeys(store.pool).create(f"ops-{uuid.uuid4().hex[:8]}")
+    metrics = Metrics()
+    async with _client(store, metrics, key) as tw, _client(store, metrics, operator) as ops:
+        assert (await tw.post("/v1/jobs", json=_job("a"))).status_code == 201
+        assert (await tw.get("/v1/ops/tenants")).status_code == 403
+        anonymous = await tw.get("/v1/ops/tenants", headers={"Authorization": ""})
+        assert anonymous.status_code == 401
+        answer = await ops.get("/v1/ops/tenants")
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["Cache-Control"] == "no-store"
+    items = {item["tenant"]: item for item in answer.json()["items"]}
+    mine = items[limited]
+    assert (mine["jobs"], mine["max_jobs"], mine["max_registrations_per_s"]) == (1, 5, 2.5)
+    assert (mine["max_running"], mine["running"], mine["active_keys"]) == (7, 0, 1)
+    other = items[plain]
+    assert (other["jobs"], other["max_jobs"], other["max_running"], other["running"]) == (
+        0,
+        None,
+        None,
+        None,
+    )
+    assert [i for i in answer.json()["items"] if i["tenant"] in (limited, plain)] == [
+        i for i in await store.tenants() if i["tenant"] in (limited, plain)
+    ]
