@@ -404,21 +404,29 @@ def test_an_interrupted_replay_records_what_it_did(scene: Scene) -> None:
         "TICKWHEEL_KAFKA": scene.stack.kafka,
         "TICKWHEEL_TOPIC_PREFIX": scene.topics.prefix,
     }
-    # One replay per 20 s: after the first, the command waits; interrupt it there. (At 1/s a
-    # suite on a loaded machine once saw the first mark only after all three were done.)
+    # One replay per 20 s: after the first, the command waits; interrupt it there. The
+    # command gets Ctrl-C's default handling whatever this process was started with: a suite
+    # started in the background (`cmd &`) runs with SIGINT ignored, which its children
+    # inherit, so the command never saw the signal (it finished, or ran past the timeout).
     proc = subprocess.Popen(
         [TICKWHEEL, "dlq", "replay", "--rate", "0.05/s", "--tenant", scene.tenant],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.monotonic() + 30
-    while sum(r["status"] == "retrying" for r in scene.rows().values()) < 1:
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    try:
+        deadline = time.monotonic() + 30
+        while sum(r["status"] == "retrying" for r in scene.rows().values()) < 1:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:  # a failure above leaves no process and no open pipe behind
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130
     assert err.strip().splitlines() == [
         "tickwheel: replay interrupted; `tickwheel dlq audit` has what it did"
