@@ -239,13 +239,18 @@ class TenantFigures:
     completed: Spread
 
 
+def tenant_of(run_key: str) -> str:
+    """The tenant a run key opens with (`<tenant>/<job_id>@<ms>`)."""
+    return run_key.split("/", 1)[0]
+
+
 def by_tenant(
     expected: Collection[str], rows: Sequence[RunRecord], t0_ms: int
 ) -> dict[str, TenantFigures]:
-    """`TenantFigures` per tenant of the expected run keys (a run key opens with its tenant)."""
+    """`TenantFigures` per tenant of the expected run keys."""
     wanted: dict[str, set[str]] = {}
     for key in expected:
-        wanted.setdefault(key.split("/", 1)[0], set()).add(key)
+        wanted.setdefault(tenant_of(key), set()).add(key)
     figures = {}
     for tenant, keys in wanted.items():
         mine = [r for r in rows if r.run_key in keys]

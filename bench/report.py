@@ -23,6 +23,7 @@ from tickwheel.bench.analysis import (
     cumulative,
     finite,
     published_instants,
+    tenant_of,
 )
 
 PLAIN_EVERY_S = 5.0  # without a terminal, a progress line every this many seconds
@@ -275,7 +276,7 @@ def plot_tenants(path: Path, title: str, rows: list[RunRecord], t0_ms: int) -> N
     started: dict[str, list[int]] = {}
     for r in rows:
         if r.started_ms is not None:
-            started.setdefault(r.run_key.split("/", 1)[0], []).append(r.started_ms)
+            started.setdefault(tenant_of(r.run_key), []).append(r.started_ms)
     for tenant, instants in sorted(started.items()):
         xs, ys = cumulative(instants, t0_ms)
         share = [100 * y / len(instants) for y in ys]
