@@ -147,11 +147,6 @@ GROUP BY r.tenant, r.job_id
 -- A job whose row another transaction holds (a registry batch writing it) is skipped, not
 -- waited for: the caller re-reads it and claims it at a later tick, so an edit in flight — or
 -- a registry frozen inside its transaction — never holds up the rest of the shard.
--- The UPDATE finds each locked row by the tuple id the lock returned (a TID scan, one heap
--- page) instead of a second walk of `jobs_pkey`: ~15 % of the statement's Postgres CPU
--- (docs/BENCHMARKS.md, *Hot second, session 11*). A row the lock reached only by following a
--- commit newer than the statement's snapshot is not visible at that id to the UPDATE, so it is
--- left as it is and comes back like a skipped one: no run without its job advanced.
 --   $1 shard  $2 epoch  $3 publish lease ms
 --   jobs: $4 tenant  $5 job_id  $6 expected ms  $7 next ms (NULL: none)  $8 complete
 --   runs: $9 tenant  $10 job_id  $11 scheduled ms  $12 status  $13 skip_reason  $14 leased
@@ -159,7 +154,7 @@ GROUP BY r.tenant, r.job_id
 --   for NULL — asyncpg would encode arrays element by element, tickwheel/db.py; the skip
 --   reasons, free text, as a text[], NULL when the batch skips nothing)
 WITH due AS (
-    SELECT j.ctid AS tid, j.tenant, j.job_id, c.next_ms, c.complete
+    SELECT j.tenant, j.job_id, c.next_ms, c.complete
     FROM unnest(string_to_array($4::text, ','), string_to_array($5::text, ','),
                 string_to_array($6::text, ',')::bigint[],
                 string_to_array($7::text, ',', 'n')::bigint[],
@@ -174,7 +169,7 @@ WITH due AS (
         next_run_at = 'epoch'::timestamptz + c.next_ms * interval '1 millisecond',
         status = CASE WHEN c.complete THEN 'completed' ELSE j.status END
     FROM due c
-    WHERE j.ctid = c.tid
+    WHERE j.tenant = c.tenant AND j.job_id = c.job_id
     RETURNING j.tenant, j.job_id, j.priority, j.max_attempts, j.handler, j.target::text AS target,
               j.payload::text AS payload, j.timeout_ms, j.overlap_policy
 ), inserted AS (
