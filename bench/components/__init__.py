@@ -6,6 +6,8 @@
     intake.py        registrations per second through Kafka into Postgres, and a per-message
                      baseline;  intake_group.py  the same with several registry processes
     hot_second.py    several runs of `tickwheel bench hot-second`, with their table
+    statements.py    the three statements a run pays for (the leader's claim, the worker's
+                     claim, its result write) one at a time: Postgres CPU per run of each
 
 Run one as `.venv/bin/python -m tickwheel.bench.components.<name> [options]` from the checkout;
 those that need services use the dev stack (`tickwheel dev up`). They write their figures to

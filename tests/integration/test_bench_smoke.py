@@ -82,3 +82,39 @@ def test_two_tenant_burst_reports_each_tenant(stack: Addresses, tmp_path: Path) 
         assert result[burst]["not_completed"] == 0
     assert result["burst_completed_vs_alone"] > 0
     assert "bench-b (20)" in done.stdout.decode()
+
+
+@pytest.mark.timeout(300)
+def test_statements_component_runs_the_three_statements_and_a_variant(
+    stack: Addresses, tmp_path: Path
+) -> None:
+    """`bench.components.statements` on 640 jobs, with the leader's claim given as a variant
+    (its own text): both rounds claim, start and write every run, in the batches asked for;
+    an unknown statement name is refused by name"""
+    from tickwheel.queries import QUERIES
+
+    variant = tmp_path / "claim.sql"
+    variant.write_text(QUERIES["claim_due"])
+    out = tmp_path / "statements.json"
+    module = [sys.executable, "-m", "tickwheel.bench.components.statements"]
+    env = {"PATH": str(Path(sys.executable).parent), "TICKWHEEL_DSN": stack.dsn}
+    done = subprocess.run(
+        [*module, "--jobs", "640", "--claim", "100", "--start", "64", "--result", "256",
+         "--variant", f"claim_due={variant}", "--json", str(out)],
+        env=env, capture_output=True, timeout=280,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    report = json.loads(out.read_text())
+    assert [r["label"] for r in report["rounds"]] == ["current", "variant"]
+    for r in report["rounds"]:
+        claim, start, result = r["phases"]
+        assert [p["name"] for p in r["phases"]] == ["claim", "start", "result"]
+        assert claim["runs"] == start["runs"] == result["runs"] == 640
+        assert 7 <= claim["calls"] <= 64  # at most 100 per claim, one shard at a time
+        assert start["calls"] == 10 and result["calls"] == 3
+        assert all(p["postgres_cpu_us_per_run"] >= 0 for p in r["phases"])
+    refused = subprocess.run(
+        [*module, "--jobs", "10", "--variant", f"no_such_statement={variant}"],
+        env=env, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode != 0 and b"no_such_statement" in refused.stderr

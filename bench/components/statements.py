@@ -1,0 +1,307 @@
+"""The three statements every run pays for, one at a time: what Postgres spends on each.
+
+A hot second mixes the leaders' claims, the workers' claims and their result writes on two
+busy cores, so `pg_stat_statements` there counts time spent waiting for a core too. This
+harness runs them apart, through the code that runs them in production, on N one-off jobs
+due at one instant in a scratch database of the dev stack:
+
+    claim      the leader's claim (`shards/store.py` `claim` inside `fenced`, planned by
+               `plan_claims`), one shard after another, `--claim` jobs per statement (344:
+               what a claim took in a hot second under the dispatch window, session 10)
+    start      the worker's claim (`RunStore.claim`, the workers' session settings),
+               `--start` runs per statement (~60 in a hot second at concurrency 64)
+    result     the worker's result write (`RunStore.write_results`), `--result` per statement
+
+For each phase: the CPU of the session's Postgres server process (read from /proc: run it on
+the database's host), the wall time and the WAL written, per run. `--rounds` repeats the
+whole on a new database; figures of one invocation compare, figures of two sessions are
+context. Nothing is asserted; every phase checks that it wrote every run. `--variant
+NAME=FILE` runs the named statement of tickwheel/sql/*.sql as FILE has it instead (a
+candidate, measured beside the current one with `--variant-rounds`, alternating).
+
+    .venv/bin/python -m tickwheel.bench.components.statements [--jobs 100000] [--rounds 3] \
+        [--variant claim_due=/tmp/claim.sql] [--json docs/results/statements.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any
+
+import asyncpg
+
+from tickwheel import db, queries
+from tickwheel.bench.load import Handler, documents, due_instants
+from tickwheel.bench.scratch import TENANT
+from tickwheel.clock import now_ms
+from tickwheel.config import load_settings
+from tickwheel.domain import RunStatus
+from tickwheel.queries import QUERIES
+from tickwheel.registry_api.document import Limits, parse_document, validate_job
+from tickwheel.registry_api.state import Op
+from tickwheel.registry_api.store import RegistryStore
+from tickwheel.schedule import ScheduleCache
+from tickwheel.shards import store as leader_store
+from tickwheel.shards.plan import JobEntry, plan_claims
+from tickwheel.shards.store import Lease
+from tickwheel.testing import migrate, scratch_database_async
+from tickwheel.workers.store import Keys, Results, RunId, RunStore
+
+SHARDS = 64
+REGISTER_BATCH = 5000
+LEAD_MS = 3_600_000  # the jobs are due an hour ahead: nothing else would claim them
+PUBLISH_LEASE_MS = 300_000
+WORKER_LEASE_MS = 60_000
+OWNER = "statements-bench"  # the leader's owner and the worker's id
+
+
+@dataclass
+class Phase:
+    name: str
+    runs: int
+    calls: int
+    postgres_cpu_us_per_run: float
+    python_cpu_us_per_run: float  # this process: planning, encoding, decoding the batches
+    wall_us_per_run: float
+    wal_bytes_per_run: float
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds so far of a process of this host (utime + stime)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _wal(pool: asyncpg.Pool) -> int:
+    """The server's WAL position in bytes (every session's writes, autovacuum's too)."""
+    return int(await pool.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
+
+
+async def _phase(
+    name: str,
+    runs: int,
+    pid: int,
+    admin: asyncpg.Pool,
+    body: Callable[[], Awaitable[int]],
+) -> Phase:
+    """Run `body` (it returns its statement count), measured on the server process `pid`."""
+    wal, cpu, own, start = await _wal(admin), _cpu_s(pid), time.process_time(), time.perf_counter()
+    calls = await body()
+    wall, own = time.perf_counter() - start, time.process_time() - own
+    used = _cpu_s(pid) - cpu
+    return Phase(
+        name,
+        runs,
+        calls,
+        round(used / runs * 1e6, 1),
+        round(own / runs * 1e6, 1),
+        round(wall / runs * 1e6, 1),
+        round((await _wal(admin) - wal) / runs, 1),
+    )
+
+
+async def _register(pool: asyncpg.Pool, jobs: int) -> None:
+    """`jobs` one-off jobs due together an hour from now, through the registry's own writes."""
+    registry = RegistryStore(pool, SHARDS)
+    now = registry.clock()
+    docs = documents(due_instants(jobs, now + LEAD_MS, 0), Handler.parse("noop"))
+    limits = Limits(shards=SHARDS)
+    for start in range(0, jobs, REGISTER_BATCH):
+        ops = []
+        for raw in docs[start : start + REGISTER_BATCH]:
+            doc = parse_document(raw)
+            ops.append(Op("upsert", TENANT, doc.id, spec=validate_job(TENANT, doc, limits, now)))
+        await registry.apply(ops)
+    await pool.execute("VACUUM ANALYZE jobs")
+    await pool.execute("ANALYZE job_runs")
+
+
+async def _lead_every_shard(conn: asyncpg.Connection) -> list[tuple[Lease, list[JobEntry]]]:
+    """Every shard taken over and its horizon loaded, as a leader starts (not measured)."""
+    until_ms = now_ms() + 2 * LEAD_MS
+    shards = []
+    for shard in range(SHARDS):
+        lease = await leader_store.take_over(conn, shard, OWNER)
+        entries, _ = await leader_store.horizon(conn, shard, until_ms)
+        shards.append((lease, entries))
+    return shards
+
+
+async def _leader_claims(
+    conn: asyncpg.Connection,
+    shards: list[tuple[Lease, list[JobEntry]]],
+    claim: int,
+    created: list[RunId],
+) -> int:
+    """Every shard's jobs claimed through the leader's own path, `claim` per statement; the
+    runs created go to `created`. Returns the number of claims."""
+    cache = ScheduleCache()
+    calls = 0
+    for lease, entries in shards:
+        for start in range(0, len(entries), claim):
+            chunk = entries[start : start + claim]
+            async with leader_store.fenced(conn, lease):
+                # Planned at the jobs' instant: each one-off runs once, nothing misfires.
+                batch = plan_claims(chunk, chunk[0].next_ms, cache)
+                claimed = await leader_store.claim(conn, lease, PUBLISH_LEASE_MS, batch)
+            calls += 1
+            if len(claimed.runs) != len(chunk):
+                raise RuntimeError(
+                    f"shard {lease.shard}: {len(claimed.runs)} of {len(chunk)} claimed"
+                )
+            created.extend((r.tenant, r.job_id, r.scheduled_ms) for r in claimed.runs)
+    return calls
+
+
+async def _worker_starts(store: RunStore, runs: list[RunId], size: int) -> int:
+    calls = 0
+    for i in range(0, len(runs), size):
+        keys = Keys()
+        for run in runs[i : i + size]:
+            keys.add(run, 1)
+        claims = await store.claim(keys)
+        calls += 1
+        if len(claims) != len(keys):
+            raise RuntimeError(f"{len(claims)} of {len(keys)} runs started")
+    return calls
+
+
+async def _worker_results(store: RunStore, runs: list[RunId], size: int) -> int:
+    calls = 0
+    for i in range(0, len(runs), size):
+        done = Results()
+        for run in runs[i : i + size]:
+            done.add(run, 1, RunStatus.SUCCEEDED.value, None, None)
+        written = await store.write_results(done)
+        calls += 1
+        if len(written) != len(done):
+            raise RuntimeError(f"{len(written)} of {len(done)} results written")
+    return calls
+
+
+async def _round(dsn: str, jobs: int, claim: int, start: int, result: int) -> list[Phase]:
+    """One database: register, then the three phases one after the other."""
+    async with scratch_database_async(dsn, "statements") as database:
+        await migrate(database.dsn)
+        admin = await db.create_pool(database.dsn, min_size=1, max_size=2)
+        leaders = await asyncpg.connect(database.dsn)
+        # The workers' own session settings, one session so that one process does it all.
+        workers = await db.create_pool(
+            database.dsn,
+            min_size=1,
+            max_size=1,
+            server_settings=db.KEYED_LOOKUPS,
+            reset_sessions=False,
+        )
+        try:
+            await admin.execute(QUERIES["bench_tenant"], TENANT)
+            await _register(admin, jobs)
+            shards = await _lead_every_shard(leaders)
+            runs: list[RunId] = []
+            worker_pid = await workers.fetchval("SELECT pg_backend_pid()")
+            store = RunStore(workers, OWNER, WORKER_LEASE_MS)
+            phases = [
+                await _phase(
+                    "claim",
+                    jobs,
+                    leaders.get_server_pid(),
+                    admin,
+                    partial(_leader_claims, leaders, shards, claim, runs),
+                ),
+                await _phase(
+                    "start", jobs, worker_pid, admin, partial(_worker_starts, store, runs, start)
+                ),
+                await _phase(
+                    "result",
+                    jobs,
+                    worker_pid,
+                    admin,
+                    partial(_worker_results, store, runs, result),
+                ),
+            ]
+            progress = await admin.fetchrow(QUERIES["bench_progress"])
+            assert progress is not None  # an aggregate has its row
+            if progress["claimed"] != jobs or progress["completed"] != jobs:
+                raise RuntimeError(f"the database holds {dict(progress)} for {jobs} jobs")
+            return phases
+        finally:
+            await workers.close()
+            await leaders.close()
+            await admin.close()
+
+
+def _table(rounds: list[tuple[str, list[Phase]]]) -> str:
+    lines = [
+        "| round | statements as | phase | runs | statements | Postgres CPU µs/run | "
+        "Python CPU µs/run | wall µs/run | WAL B/run |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for i, (label, phases) in enumerate(rounds, 1):
+        for p in phases:
+            lines.append(
+                f"| {i} | {label} | {p.name} | {p.runs:,} | {p.calls:,} | "
+                f"{p.postgres_cpu_us_per_run} | {p.python_cpu_us_per_run} | "
+                f"{p.wall_us_per_run} | {p.wal_bytes_per_run:.0f} |"
+            )
+    return "\n".join(lines)
+
+
+def _variants(specs: list[str]) -> dict[str, str]:
+    """`NAME=FILE` pairs as {statement name: its text}; the name must be a known statement."""
+    texts = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or name not in QUERIES:
+            raise SystemExit(f"--variant {spec!r}: expected NAME=FILE with a statement NAME")
+        with open(path) as f:
+            texts[name] = f.read()
+    return texts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--claim", type=int, default=344, help="jobs per leader claim")
+    parser.add_argument("--start", type=int, default=64, help="runs per worker claim")
+    parser.add_argument("--result", type=int, default=256, help="runs per result write")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=FILE")
+    parser.add_argument("--json", type=str, default=None)
+    args = parser.parse_args()
+    dsn = load_settings().effective_dsn
+    variants = _variants(args.variant)
+    # The statements by name as every caller reads them (`QUERIES` looks names up here).
+    statements = queries.load()
+    current = {name: statements[name] for name in variants}
+    labels = ["current", "variant"] if variants else ["current"]
+    rounds: list[tuple[str, list[Phase]]] = []
+    for _ in range(args.rounds):
+        for label in labels:  # alternating, so that a drift of the host hits both alike
+            statements.update(variants if label == "variant" else current)
+            phases = asyncio.run(_round(dsn, args.jobs, args.claim, args.start, args.result))
+            rounds.append((label, phases))
+    statements.update(current)
+    print(_table(rounds))
+    if args.json:
+        report: dict[str, Any] = {
+            "jobs": args.jobs,
+            "batches": {"claim": args.claim, "start": args.start, "result": args.result},
+            "variants": args.variant,
+            "rounds": [
+                {"label": label, "phases": [asdict(p) for p in phases]} for label, phases in rounds
+            ],
+        }
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
