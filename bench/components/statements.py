@@ -11,16 +11,22 @@ due at one instant in a scratch database of the dev stack:
     start      the worker's claim (`RunStore.claim`, the workers' session settings),
                `--start` runs per statement (~60 in a hot second at concurrency 64)
     result     the worker's result write (`RunStore.write_results`), `--result` per statement
+    floor …    the floor's claim and result statements (bench/floor.py: 5,000 jobs per claim,
+               500 results per write) on the same jobs in its own tables of the same database:
+               the least the design needs, measured beside
 
 For each phase: the CPU of the session's Postgres server process (read from /proc: run it on
 the database's host), the wall time and the WAL written, per run. `--rounds` repeats the
 whole on a new database; figures of one invocation compare, figures of two sessions are
-context. Nothing is asserted; every phase checks that it wrote every run. `--variant
-NAME=FILE` runs the named statement of tickwheel/sql/*.sql as FILE has it instead (a
-candidate, measured beside the current one with `--variant-rounds`, alternating).
+context. Nothing is asserted; every phase checks that it wrote every run. A variant is
+measured beside the current code, alternating round by round: `--variant NAME=FILE` runs the
+named statement of tickwheel/sql/*.sql as FILE has it, `--variant-setup FILE` runs FILE's SQL
+on the variant's database once it is migrated (a schema candidate: an index dropped, a
+storage setting).
 
     .venv/bin/python -m tickwheel.bench.components.statements [--jobs 100000] [--rounds 3] \
-        [--variant claim_due=/tmp/claim.sql] [--json docs/results/statements.json]
+        [--variant claim_due=/tmp/claim.sql] [--variant-setup /tmp/schema.sql] \
+        [--json docs/results/statements.json]
 """
 
 from __future__ import annotations
@@ -38,9 +44,11 @@ from typing import Any
 import asyncpg
 
 from tickwheel import db, queries
-from tickwheel.bench.load import Handler, documents, due_instants
+from tickwheel.bench.floor import CLAIM_BATCH as FLOOR_CLAIM_BATCH
+from tickwheel.bench.floor import RESULT_BATCH as FLOOR_RESULT_BATCH
+from tickwheel.bench.load import Handler, documents, due_instants, job_id
 from tickwheel.bench.scratch import TENANT
-from tickwheel.clock import now_ms
+from tickwheel.clock import ms_to_datetime, now_ms
 from tickwheel.config import load_settings
 from tickwheel.domain import RunStatus
 from tickwheel.queries import QUERIES
@@ -187,10 +195,63 @@ async def _worker_results(store: RunStore, runs: list[RunId], size: int) -> int:
     return calls
 
 
-async def _round(dsn: str, jobs: int, claim: int, start: int, result: int) -> list[Phase]:
-    """One database: register, then the three phases one after the other."""
+async def _floor_claims(conn: asyncpg.Connection, created: list[tuple[str, int]]) -> int:
+    calls = 0
+    while rows := await conn.fetch(QUERIES["floor_claim"], FLOOR_CLAIM_BATCH):
+        calls += 1
+        created.extend((r["job_id"], r["scheduled_ms"]) for r in rows)
+    return calls
+
+
+async def _floor_results(conn: asyncpg.Connection, runs: list[tuple[str, int]]) -> int:
+    calls = 0
+    for i in range(0, len(runs), FLOOR_RESULT_BATCH):
+        batch = runs[i : i + FLOOR_RESULT_BATCH]
+        status = await conn.execute(
+            QUERIES["floor_results"], [r[0] for r in batch], [r[1] for r in batch]
+        )
+        calls += 1
+        if status != f"UPDATE {len(batch)}":
+            raise RuntimeError(f"floor results: {status} for {len(batch)}")
+    return calls
+
+
+async def _floor(dsn: str, jobs: int, admin: asyncpg.Pool) -> list[Phase]:
+    """The floor's two statements on `jobs` jobs due now, in its own tables."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(QUERIES["floor_schema"])
+        await conn.execute(
+            QUERIES["floor_jobs_load"],
+            [job_id(i) for i in range(jobs)],
+            ms_to_datetime(now_ms() - 1000),  # whole ms: the result matches the claim's ms
+        )
+        await conn.execute(QUERIES["floor_analyze"])
+        runs: list[tuple[str, int]] = []
+        pid = conn.get_server_pid()
+        phases = [
+            await _phase("floor claim", jobs, pid, admin, partial(_floor_claims, conn, runs)),
+            await _phase("floor result", jobs, pid, admin, partial(_floor_results, conn, runs)),
+        ]
+        if len(runs) != jobs:
+            raise RuntimeError(f"the floor claimed {len(runs)} of {jobs}")
+        return phases
+    finally:
+        await conn.close()
+
+
+async def _round(
+    dsn: str, jobs: int, claim: int, start: int, result: int, setup: str | None
+) -> list[Phase]:
+    """One database (`setup` run on it once migrated): register, then the phases in turn."""
     async with scratch_database_async(dsn, "statements") as database:
         await migrate(database.dsn)
+        if setup is not None:
+            conn = await asyncpg.connect(database.dsn)
+            try:
+                await conn.execute(setup)
+            finally:
+                await conn.close()
         admin = await db.create_pool(database.dsn, min_size=1, max_size=2)
         leaders = await asyncpg.connect(database.dsn)
         # The workers' own session settings, one session so that one process does it all.
@@ -231,7 +292,7 @@ async def _round(dsn: str, jobs: int, claim: int, start: int, result: int) -> li
             assert progress is not None  # an aggregate has its row
             if progress["claimed"] != jobs or progress["completed"] != jobs:
                 raise RuntimeError(f"the database holds {dict(progress)} for {jobs} jobs")
-            return phases
+            return phases + await _floor(database.dsn, jobs, admin)
         finally:
             await workers.close()
             await leaders.close()
@@ -274,6 +335,7 @@ def main() -> None:
     parser.add_argument("--start", type=int, default=64, help="runs per worker claim")
     parser.add_argument("--result", type=int, default=256, help="runs per result write")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=FILE")
+    parser.add_argument("--variant-setup", type=str, default=None, metavar="FILE")
     parser.add_argument("--json", type=str, default=None)
     args = parser.parse_args()
     dsn = load_settings().effective_dsn
@@ -281,12 +343,25 @@ def main() -> None:
     # The statements by name as every caller reads them (`QUERIES` looks names up here).
     statements = queries.load()
     current = {name: statements[name] for name in variants}
-    labels = ["current", "variant"] if variants else ["current"]
+    setup = None
+    if args.variant_setup is not None:
+        with open(args.variant_setup) as f:
+            setup = f.read()
+    labels = ["current", "variant"] if variants or setup is not None else ["current"]
     rounds: list[tuple[str, list[Phase]]] = []
     for _ in range(args.rounds):
         for label in labels:  # alternating, so that a drift of the host hits both alike
             statements.update(variants if label == "variant" else current)
-            phases = asyncio.run(_round(dsn, args.jobs, args.claim, args.start, args.result))
+            phases = asyncio.run(
+                _round(
+                    dsn,
+                    args.jobs,
+                    args.claim,
+                    args.start,
+                    args.result,
+                    setup if label == "variant" else None,
+                )
+            )
             rounds.append((label, phases))
     statements.update(current)
     print(_table(rounds))
@@ -295,6 +370,7 @@ def main() -> None:
             "jobs": args.jobs,
             "batches": {"claim": args.claim, "start": args.start, "result": args.result},
             "variants": args.variant,
+            "variant_setup": args.variant_setup,
             "rounds": [
                 {"label": label, "phases": [asdict(p) for p in phases]} for label, phases in rounds
             ],
