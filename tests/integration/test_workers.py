@@ -964,11 +964,15 @@ async def settled(kafka: str, topics: Topics) -> bool:
     admin = admin_client(kafka)
     group = worker_group(topics.prefix)
     found = await asyncio.to_thread(lambda: admin.describe_consumer_groups([group])[group].result())
-    return bool(
+    ok = bool(
         found.state == ConsumerGroupState.STABLE
         and len(found.members) == CLUSTER
         and all(m.assignment.topic_partitions for m in found.members)
     )
+    if not ok:  # shown with a failure: how far the group got (it once took > 90 s in a suite)
+        held = [len(m.assignment.topic_partitions) for m in found.members]
+        print(f"group {group}: {found.state}, partitions per member {held}")
+    return ok
 
 
 def metric_total(ports: list[int], name: str) -> float:
