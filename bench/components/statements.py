@@ -169,30 +169,33 @@ async def _leader_claims(
     return calls
 
 
-async def _worker_starts(store: RunStore, runs: list[RunId], size: int) -> int:
+async def _in_batches(
+    runs: list[RunId], size: int, write: Callable[[list[RunId]], Awaitable[int]], what: str
+) -> int:
+    """`write` the runs `size` at a time; it returns how many it wrote, which must be all.
+    Returns the number of statements."""
     calls = 0
     for i in range(0, len(runs), size):
-        keys = Keys()
-        for run in runs[i : i + size]:
-            keys.add(run, 1)
-        claims = await store.claim(keys)
+        batch = runs[i : i + size]
+        written = await write(batch)
         calls += 1
-        if len(claims) != len(keys):
-            raise RuntimeError(f"{len(claims)} of {len(keys)} runs started")
+        if written != len(batch):
+            raise RuntimeError(f"{written} of {len(batch)} runs {what}")
     return calls
 
 
-async def _worker_results(store: RunStore, runs: list[RunId], size: int) -> int:
-    calls = 0
-    for i in range(0, len(runs), size):
-        done = Results()
-        for run in runs[i : i + size]:
-            done.add(run, 1, RunStatus.SUCCEEDED.value, None, None)
-        written = await store.write_results(done)
-        calls += 1
-        if len(written) != len(done):
-            raise RuntimeError(f"{len(written)} of {len(done)} results written")
-    return calls
+async def _start(store: RunStore, batch: list[RunId]) -> int:
+    keys = Keys()
+    for run in batch:
+        keys.add(run, 1)
+    return len(await store.claim(keys))
+
+
+async def _succeed(store: RunStore, batch: list[RunId]) -> int:
+    done = Results()
+    for run in batch:
+        done.add(run, 1, RunStatus.SUCCEEDED.value, None, None)
+    return len(await store.write_results(done))
 
 
 async def _floor_claims(conn: asyncpg.Connection, created: list[tuple[str, int]]) -> int:
@@ -269,25 +272,15 @@ async def _round(
             runs: list[RunId] = []
             worker_pid = await workers.fetchval("SELECT pg_backend_pid()")
             store = RunStore(workers, OWNER, WORKER_LEASE_MS)
-            phases = [
-                await _phase(
-                    "claim",
-                    jobs,
-                    leaders.get_server_pid(),
-                    admin,
-                    partial(_leader_claims, leaders, shards, claim, runs),
-                ),
-                await _phase(
-                    "start", jobs, worker_pid, admin, partial(_worker_starts, store, runs, start)
-                ),
-                await _phase(
-                    "result",
-                    jobs,
-                    worker_pid,
-                    admin,
-                    partial(_worker_results, store, runs, result),
-                ),
+            claimed = partial(_leader_claims, leaders, shards, claim, runs)
+            started = partial(_in_batches, runs, start, partial(_start, store), "started")
+            written = partial(_in_batches, runs, result, partial(_succeed, store), "written")
+            steps = [
+                ("claim", leaders.get_server_pid(), claimed),
+                ("start", worker_pid, started),
+                ("result", worker_pid, written),
             ]
+            phases = [await _phase(name, jobs, pid, admin, body) for name, pid, body in steps]
             progress = await admin.fetchrow(QUERIES["bench_progress"])
             assert progress is not None  # an aggregate has its row
             if progress["claimed"] != jobs or progress["completed"] != jobs:
