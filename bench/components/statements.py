@@ -15,8 +15,9 @@ due at one instant in a scratch database of the dev stack:
                500 results per write) on the same jobs in its own tables of the same database:
                the least the design needs, measured beside
 
-For each phase: the CPU of the session's Postgres server process (read from /proc: run it on
-the database's host), the wall time and the WAL written, per run. `--rounds` repeats the
+For each phase, per run: the CPU of the session's Postgres server process (read from /proc:
+run it on the database's host), this process's CPU (the Python that plans, encodes and decodes
+the batches), the wall time and the WAL written. `--rounds` repeats the
 whole on a new database; figures of one invocation compare, figures of two sessions are
 context. Nothing is asserted; every phase checks that it wrote every run. A variant is
 measured beside the current code, alternating round by round: `--variant NAME=FILE` runs the
