@@ -98,10 +98,22 @@ async def _wait_for_jobs(
 async def register_bulk(
     res: Scratch, docs: Sequence[dict[str, Any]], progress: Progress, tenant: str = TENANT
 ) -> None:
-    limits = Limits(shards=res.shards)
-    pool = await asyncpg.create_pool(res.dsn, min_size=1, max_size=2)
+    await register_bulk_into(res.dsn, res.shards, docs, progress, tenant)
+
+
+async def register_bulk_into(
+    dsn: str,
+    shards: int,
+    docs: Sequence[dict[str, Any]],
+    progress: Progress,
+    tenant: str = TENANT,
+) -> None:
+    """`docs` written through the registry's own store, `BULK_BATCH` per transaction, into
+    the database of `dsn` (no topics: what a harness without a fleet needs)."""
+    limits = Limits(shards=shards)
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
     try:
-        store = RegistryStore(pool, res.shards)
+        store = RegistryStore(pool, shards)
         done = 0
         for start in range(0, len(docs), BULK_BATCH):
             now = store.clock()

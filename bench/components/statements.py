@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -47,15 +46,13 @@ import asyncpg
 from tickwheel import db, queries
 from tickwheel.bench.floor import CLAIM_BATCH as FLOOR_CLAIM_BATCH
 from tickwheel.bench.floor import RESULT_BATCH as FLOOR_RESULT_BATCH
-from tickwheel.bench.load import Handler, documents, due_instants, job_id
+from tickwheel.bench.load import Handler, documents, due_instants, job_id, register_bulk_into
 from tickwheel.bench.scratch import TENANT
+from tickwheel.bench.supervisor import cpu_seconds
 from tickwheel.clock import ms_to_datetime, now_ms
 from tickwheel.config import load_settings
 from tickwheel.domain import RunStatus
 from tickwheel.queries import QUERIES
-from tickwheel.registry_api.document import Limits, parse_document, validate_job
-from tickwheel.registry_api.state import Op
-from tickwheel.registry_api.store import RegistryStore
 from tickwheel.schedule import ScheduleCache
 from tickwheel.shards import store as leader_store
 from tickwheel.shards.plan import JobEntry, plan_claims
@@ -64,7 +61,6 @@ from tickwheel.testing import migrate, scratch_database_async
 from tickwheel.workers.store import Keys, Results, RunId, RunStore
 
 SHARDS = 64
-REGISTER_BATCH = 5000
 LEAD_MS = 3_600_000  # the jobs are due an hour ahead: nothing else would claim them
 PUBLISH_LEASE_MS = 300_000
 WORKER_LEASE_MS = 60_000
@@ -82,13 +78,6 @@ class Phase:
     wal_bytes_per_run: float
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds so far of a process of this host (utime + stime)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _wal(pool: asyncpg.Pool) -> int:
     """The server's WAL position in bytes (every session's writes, autovacuum's too)."""
     return int(await pool.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
@@ -102,10 +91,11 @@ async def _phase(
     body: Callable[[], Awaitable[int]],
 ) -> Phase:
     """Run `body` (it returns its statement count), measured on the server process `pid`."""
-    wal, cpu, own, start = await _wal(admin), _cpu_s(pid), time.process_time(), time.perf_counter()
+    wal, cpu = await _wal(admin), cpu_seconds(pid)
+    own, start = time.process_time(), time.perf_counter()
     calls = await body()
     wall, own = time.perf_counter() - start, time.process_time() - own
-    used = _cpu_s(pid) - cpu
+    used = cpu_seconds(pid) - cpu
     return Phase(
         name,
         runs,
@@ -117,20 +107,12 @@ async def _phase(
     )
 
 
-async def _register(pool: asyncpg.Pool, jobs: int) -> None:
+async def _register(dsn: str, admin: asyncpg.Pool, jobs: int) -> None:
     """`jobs` one-off jobs due together an hour from now, through the registry's own writes."""
-    registry = RegistryStore(pool, SHARDS)
-    now = registry.clock()
-    docs = documents(due_instants(jobs, now + LEAD_MS, 0), Handler.parse("noop"))
-    limits = Limits(shards=SHARDS)
-    for start in range(0, jobs, REGISTER_BATCH):
-        ops = []
-        for raw in docs[start : start + REGISTER_BATCH]:
-            doc = parse_document(raw)
-            ops.append(Op("upsert", TENANT, doc.id, spec=validate_job(TENANT, doc, limits, now)))
-        await registry.apply(ops)
-    await pool.execute("VACUUM ANALYZE jobs")
-    await pool.execute("ANALYZE job_runs")
+    docs = documents(due_instants(jobs, now_ms() + LEAD_MS, 0), Handler.parse("noop"))
+    await register_bulk_into(dsn, SHARDS, docs, lambda _: None)
+    await admin.execute("VACUUM ANALYZE jobs")
+    await admin.execute("ANALYZE job_runs")
 
 
 async def _lead_every_shard(conn: asyncpg.Connection) -> list[tuple[Lease, list[JobEntry]]]:
@@ -268,7 +250,7 @@ async def _round(
         )
         try:
             await admin.execute(QUERIES["bench_tenant"], TENANT)
-            await _register(admin, jobs)
+            await _register(database.dsn, admin, jobs)
             shards = await _lead_every_shard(leaders)
             runs: list[RunId] = []
             worker_pid = await workers.fetchval("SELECT pg_backend_pid()")
