@@ -556,7 +556,7 @@ class ShardLeader:
         if not runs:
             return
         assert self.lease is not None
-        acked = await self.s.outbox.publish(runs, self.lease.epoch)
+        acked = await self.s.outbox.publish(runs, self.lease.epoch, self.shard)
         crash_point("scheduler_after_publish")
         if len(acked) < len(runs):
             done = {id(r) for r in acked}

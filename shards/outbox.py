@@ -10,17 +10,24 @@ it), not the producing host's wall clock: a worker's claim records the stamp as 
 `published_at`, which the ledger compares with the scheduled instant (I8). Stamped by the wall
 clock, a scheduler host whose clock was stepped 30 s back wrote `published_at` 30 s before
 runs that were not early at all (found by the chaos harness's clock_step fault).
+
+A run goes to its shard's partition of the topic (shard mod partitions), not to the one its
+key hashes to: a job belongs to one shard, so its runs stay in order on one partition as with
+the key, and a claim's runs — one shard's — reach the broker as one produce request, where
+hashing their job ids spread them over every partition and librdkafka sends one request per
+partition (a hot second of 100,000 runs: 1,843 requests of ~54 runs, docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from tickwheel.domain import PRIORITIES, run_key
 from tickwheel.envelopes import DeadLetter
@@ -32,6 +39,10 @@ log = logging.getLogger("tickwheel.scheduler.outbox")
 
 WARM_UP_TIMEOUT_S = 10.0  # seconds to wait for topic metadata at start
 PUBLISH_THREADS = 4  # shards publishing at once; acks are waited for on these threads
+# How long a topic's partition count is trusted before the metadata is read again: partitions
+# an operator adds receive runs from then on.
+PARTITIONS_REFRESH_S = 60.0
+METADATA_TIMEOUT_S = 5.0
 
 
 class Outbox:
@@ -45,6 +56,7 @@ class Outbox:
         self.topics = topics
         self.clock_ms = clock_ms
         self._threads = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="publish")
+        self._partitions: dict[str, tuple[int, float]] = {}  # topic: (count, read at, monotonic)
 
     async def warm_up(self, timeout_s: float = WARM_UP_TIMEOUT_S) -> None:
         """Connect and fetch the run topics' metadata before the first tick needs them (the
@@ -52,28 +64,61 @@ class Outbox:
         loop = asyncio.get_running_loop()
         for topic in [*(self.topics.runs(p) for p in PRIORITIES), self.topics.dlq]:
             await loop.run_in_executor(
-                self._threads, partial(self.producer.list_topics, topic, timeout=timeout_s)
+                self._threads, partial(self._read_partitions, topic, timeout_s)
             )
 
-    async def publish(self, runs: Sequence[Dispatch], epoch: int) -> list[Dispatch]:
-        """Publish run envelopes (key = job id, headers run_key and epoch); return the acked."""
+    def _read_partitions(self, topic: str, timeout_s: float) -> int | None:
+        """The topic's partition count from the broker's metadata (None: not known)."""
+        topic_md = self.producer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if topic_md is None or topic_md.error is not None or not topic_md.partitions:
+            return None
+        count = len(topic_md.partitions)
+        self._partitions[topic] = (count, time.monotonic())
+        return count
+
+    def partition_of(self, topic: str, shard: int) -> int | None:
+        """The partition of `topic` that `shard`'s runs go to (None: the count is not known,
+        so the producer's partitioner picks by key). Blocking when the count is stale."""
+        known = self._partitions.get(topic)
+        if known is None or time.monotonic() - known[1] > PARTITIONS_REFRESH_S:
+            try:
+                count = self._read_partitions(topic, METADATA_TIMEOUT_S)
+            except KafkaException:
+                log.warning("reading the partitions of %s failed", topic, exc_info=True)
+                count = None
+            if count is None:
+                if known is None:
+                    return None
+                count = known[0]  # keep the last count; try again at the next publish
+        else:
+            count = known[0]
+        return shard % count
+
+    async def publish(self, runs: Sequence[Dispatch], epoch: int, shard: int) -> list[Dispatch]:
+        """Publish run envelopes (key = job id, headers run_key and epoch) to `shard`'s
+        partition; return the acked."""
         if not runs:
             return []
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, self._publish, runs, epoch)
+        return await loop.run_in_executor(self._threads, self._publish, runs, epoch, shard)
 
-    def _publish(self, runs: Sequence[Dispatch], epoch: int) -> list[Dispatch]:
+    def _publish(self, runs: Sequence[Dispatch], epoch: int, shard: int) -> list[Dispatch]:
         messages = []
         stamp = None if self.clock_ms is None else self.clock_ms()
+        partitions: dict[str, int | None] = {}
         for run in runs:
             envelope = run.envelope(epoch)
+            topic = self.topics.runs(run.priority)
+            if topic not in partitions:
+                partitions[topic] = self.partition_of(topic, shard)
             messages.append(
                 Outgoing(
-                    self.topics.runs(run.priority),
+                    topic,
                     envelope.encode(),
                     key=run.job_id,
                     headers=envelope.headers(),  # type: ignore[arg-type]
                     timestamp_ms=stamp,
+                    partition=partitions[topic],
                 )
             )
         failed = publish_confirmed(self.producer, messages)

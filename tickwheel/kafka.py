@@ -443,13 +443,15 @@ class _PartitionOffsets:
 @dataclass(frozen=True)
 class Outgoing:
     """One message to produce: topic, key, value, headers and, if given, the record's
-    timestamp (unix ms; else the producer's wall clock stamps it)."""
+    timestamp (unix ms; else the producer's wall clock stamps it) and its partition (else the
+    producer's partitioner picks one by key)."""
 
     topic: str
     value: bytes
     key: bytes | str | None = None
     headers: list[tuple[str, str | bytes | None]] | None = None
     timestamp_ms: int | None = None
+    partition: int | None = None
 
 
 class PublishError(RuntimeError):
@@ -465,6 +467,7 @@ class PublishError(RuntimeError):
 # failures only (a success is known when `flush` drains the queue).
 ONLY_ERROR_REPORTS: dict[str, Any] = {"delivery.report.only.error": True}
 SERVE_EVERY = 1000  # messages produced between two servings of delivery reports
+ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: its partitioner picks, by key
 
 
 def value_room(max_bytes: int, key: bytes | str | None, headers: Sequence[Any] = ()) -> int:
@@ -527,6 +530,7 @@ def publish_confirmed(
                     on_delivery=partial(on_delivery, index),
                     # 0 is librdkafka's "now, by this host's wall clock"
                     timestamp=out.timestamp_ms or 0,
+                    partition=ANY_PARTITION if out.partition is None else out.partition,
                 )
                 break
             except BufferError:

@@ -29,7 +29,7 @@ async def test_envelopes_and_dead_letters_are_stamped_by_the_leaders_clock(
     outbox = Outbox(producer(stack.kafka), topics, lambda: leaders_ms)
     run = Dispatch("t", "j", leaders_ms, 1, Priority.NORMAL, "h", None, "{}", 1000)
     try:
-        acked = await outbox.publish([run], epoch=3)
+        acked = await outbox.publish([run], epoch=3, shard=0)
         await outbox.publish_dead([Dead(run, 3, "lease lapsed", leaders_ms)])
     finally:
         await asyncio.get_running_loop().run_in_executor(None, outbox.close)

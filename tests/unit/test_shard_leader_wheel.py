@@ -146,7 +146,7 @@ class _RefusingOutbox:
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
 
-    async def publish(self, runs: Any, epoch: int) -> list[Any]:
+    async def publish(self, runs: Any, epoch: int, shard: int) -> list[Any]:
         self.calls.append([r.job_id for r in runs])
         return [r for r in runs if not r.job_id.startswith("refused")]
 
