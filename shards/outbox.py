@@ -89,7 +89,10 @@ class Outbox:
             if count is None:
                 if known is None:
                     return None
-                count = known[0]  # keep the last count; try again at the next publish
+                # Keep the last count, and ask again a refresh later, not at every publish
+                # (a broker that is away would hold each publish for the metadata timeout).
+                count = known[0]
+                self._partitions[topic] = (count, time.monotonic())
         else:
             count = known[0]
         return shard % count
