@@ -16,6 +16,9 @@ key hashes to: a job belongs to one shard, so its runs stay in order on one part
 the key, and a claim's runs — one shard's — reach the broker as one produce request, where
 hashing their job ids spread them over every partition and librdkafka sends one request per
 partition (a hot second of 100,000 runs: 1,843 requests of ~54 runs, docs/BENCHMARKS.md).
+
+Each run envelope is sealed (header `seal`, tickwheel/run_seal.py): the leader built it from the
+job's row its claim read, and a worker that opens the seal runs it without reading the row again.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from confluent_kafka import KafkaException, Producer
 from tickwheel.domain import PRIORITIES, run_key
 from tickwheel.envelopes import DeadLetter
 from tickwheel.kafka import Outgoing, PublishError, publish_confirmed, publish_reports, value_room
+from tickwheel.run_seal import SEAL_HEADER, seal
 from tickwheel.shards.store import Dead, Dispatch
 from tickwheel.topics import Topics
 
@@ -49,12 +53,18 @@ class Outbox:
     """One idempotent producer per process, shared by its shard leaders."""
 
     def __init__(
-        self, producer: Producer, topics: Topics, clock_ms: Callable[[], int] | None = None
+        self,
+        producer: Producer,
+        topics: Topics,
+        clock_ms: Callable[[], int] | None = None,
+        seal_key: bytes | None = None,
     ) -> None:
-        """`clock_ms` stamps the records (unix ms); None: the producer's wall clock."""
+        """`clock_ms` stamps the records (unix ms); None: the producer's wall clock.
+        `seal_key` seals every run envelope (tickwheel/run_seal.py); None: none is sealed."""
         self.producer = producer
         self.topics = topics
         self.clock_ms = clock_ms
+        self.seal_key = seal_key
         self._threads = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="publish")
         self._partitions: dict[str, tuple[int, float]] = {}  # topic: (count, read at, monotonic)
 
@@ -109,17 +119,22 @@ class Outbox:
         messages = []
         stamp = None if self.clock_ms is None else self.clock_ms()
         partitions: dict[str, int | None] = {}
+        key = self.seal_key
         for run in runs:
             envelope = run.envelope(epoch)
             topic = self.topics.runs(run.priority)
             if topic not in partitions:
                 partitions[topic] = self.partition_of(topic, shard)
+            value = envelope.encode()
+            headers = envelope.headers()
+            if key is not None:
+                headers.append((SEAL_HEADER, seal(key, value)))
             messages.append(
                 Outgoing(
                     topic,
-                    envelope.encode(),
+                    value,
                     key=run.job_id,
-                    headers=envelope.headers(),  # type: ignore[arg-type]
+                    headers=headers,  # type: ignore[arg-type]
                     timestamp_ms=stamp,
                     partition=partitions[topic],
                 )

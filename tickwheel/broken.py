@@ -21,8 +21,9 @@ empty set. Nothing here imports anything of tickwheel, so any module may hold a 
     claim_ignores_lease     workers/store.py `claim`              the worker's claim takes a run
                                                                   at its attempt even while it
                                                                   runs under another worker's
-                                                                  live lease (I4; query
-                                                                  `broken_worker_claim_ignores_lease`)
+                                                                  live lease (I4; queries
+                                                                  `broken_worker_claim_ignores_lease`
+                                                                  and its sealed twin)
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ VARIANTS = frozenset(
     {EPOCH_FENCE, OFFSETS_BEFORE_RESULTS, DST_OVERLAP_IGNORED, CLAIM_IGNORES_LEASE}
 )
 # A variant whose hook swaps a query: the name of the broken twin in the same .sql file.
-BROKEN_QUERIES = {("worker_claim", CLAIM_IGNORES_LEASE): "broken_worker_claim_ignores_lease"}
+BROKEN_QUERIES = {
+    ("worker_claim", CLAIM_IGNORES_LEASE): "broken_worker_claim_ignores_lease",
+    ("worker_claim_sealed", CLAIM_IGNORES_LEASE): "broken_worker_claim_sealed_ignores_lease",
+}
 
 
 def parse(value: str) -> frozenset[str]:

@@ -143,6 +143,13 @@ async def migrate(conn: asyncpg.Connection) -> list[Migration]:
     return applied_now
 
 
+async def run_seal_key(pool: asyncpg.Pool | asyncpg.Connection) -> bytes | None:
+    """The key run envelopes are sealed with (tickwheel/run_seal.py, migration 0013); None when
+    the row is missing: then nothing is sealed and every claim reads the job's row."""
+    secret = await pool.fetchval(QUERIES["run_seal_key"])
+    return None if secret is None else bytes(secret)
+
+
 async def ensure_partitions(
     conn: asyncpg.Connection, today: dt.date | None = None, days_ahead: int = PARTITION_DAYS_AHEAD
 ) -> int:

@@ -2,7 +2,8 @@
 
     Delivery     a run envelope received and not yet done: where it came from (partition,
                  offset, the partition's generation), its priority level, the envelope, the
-                 record's timestamp and its bytes (for a dead letter should it prove forged)
+                 record's timestamp, its bytes (for a dead letter should it prove forged) and
+                 whether its seal opened (its content is then what runs)
     Unreadable   a message that is no run envelope, or one the database refused: on its way
                  to the DLQ with its bytes
     Queues       one FIFO per priority level; `pick` fills the free execution slots by smooth
@@ -26,7 +27,17 @@ TopicPartition = tuple[str, int]
 
 
 class Delivery:
-    __slots__ = ("env", "generation", "level", "offset", "published_ms", "raw", "run", "tp")
+    __slots__ = (
+        "env",
+        "generation",
+        "level",
+        "offset",
+        "published_ms",
+        "raw",
+        "run",
+        "sealed",
+        "tp",
+    )
 
     def __init__(
         self,
@@ -37,6 +48,7 @@ class Delivery:
         env: RunEnvelope,
         published_ms: int | None,  # the record's timestamp: when the leader produced it
         raw: bytes,
+        sealed: bool = False,  # its seal opened: a leader of ours built it (tickwheel/run_seal.py)
     ) -> None:
         self.tp = tp
         self.offset = offset
@@ -45,6 +57,7 @@ class Delivery:
         self.env = env
         self.published_ms = published_ms
         self.raw = raw
+        self.sealed = sealed
         self.run: RunId = (env.tenant, env.job_id, env.scheduled_at)
 
 

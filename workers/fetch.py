@@ -3,9 +3,9 @@
 It polls the three run topics without pause (so a long handler never pushes the consumer past
 max.poll.interval.ms) and, per fetched batch (step 1 of `workers/service.py`): tracks every
 offset as outstanding (`ContiguousOffsets`, nothing stored yet), decodes each envelope into the
-local queue of its priority level, and hands a message that is no valid envelope to the DLQ
-(never executed). A level's partitions are paused while its queue holds
-`worker_queue_per_priority` deliveries, resumed at half of it.
+local queue of its priority level, noting whether its seal opens (tickwheel/run_seal.py), and
+hands a message that is no valid envelope to the DLQ (never executed). A level's partitions are
+paused while its queue holds `worker_queue_per_priority` deliveries, resumed at half of it.
 
 The consumer's rebalance callbacks run on its I/O thread: an assignment starts a partition's
 generation; a revocation commits the partition's done position at once (its next owner starts
@@ -31,6 +31,7 @@ from tickwheel import broken
 from tickwheel.domain import INSTANT_MAX_MS, INSTANT_MIN_MS, PRIORITIES
 from tickwheel.envelopes import EnvelopeError, RunEnvelope
 from tickwheel.kafka import BatchConsumer, ContiguousOffsets
+from tickwheel.run_seal import opens
 from tickwheel.topics import Topics
 from tickwheel.workers.deliveries import Delivery, Queues
 from tickwheel.workers.metrics import WorkerMetrics
@@ -56,8 +57,10 @@ class Fetcher:
         queues: Queues,
         metrics: WorkerMetrics,
         dead_letter: DeadLetterFn,
+        seal_key: bytes | None = None,
     ) -> None:
         self.topics = topics
+        self.seal_key = seal_key
         self.level_of = {topics.runs(p): p for p in PRIORITIES}
         self.queue_cap = queue_cap
         self.offsets = offsets
@@ -111,6 +114,7 @@ class Fetcher:
             placed.append((msg, tp, offset))
         generations = {tp: self.offsets.track_many(tp, offs) for tp, offs in by_tp.items()}
         level_of, queues, decode = self.level_of, self.queues, RunEnvelope.decode
+        key = self.seal_key
         early = broken.on(broken.OFFSETS_BEFORE_RESULTS)
         for msg, tp, offset in placed:
             generation = generations[tp]
@@ -132,7 +136,13 @@ class Fetcher:
                     if kind != TIMESTAMP_NOT_AVAILABLE and INSTANT_MIN_MS < stamp < INSTANT_MAX_MS
                     else None
                 )
-                queues[level].append(Delivery(tp, offset, generation, level, env, published, raw))
+                sealed = False
+                if key is not None:
+                    headers = msg.headers()  # a list of (name, value), or None without any
+                    sealed = isinstance(headers, list) and opens(key, raw, headers)
+                queues[level].append(
+                    Delivery(tp, offset, generation, level, env, published, raw, sealed)
+                )
                 if early:
                     self.offsets.done(tp, offset, generation)
                 continue

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from typing import NamedTuple
 
 from confluent_kafka import Producer
 
@@ -41,6 +42,7 @@ from tickwheel.metrics import observe_many
 from tickwheel.topics import Topics
 from tickwheel.workers.deliveries import Delivery, Unreadable
 from tickwheel.workers.metrics import WorkerMetrics
+from tickwheel.workers.retry import decide
 from tickwheel.workers.store import Claim, Results, RunId, RunStore
 
 log = logging.getLogger("tickwheel.worker")
@@ -54,6 +56,31 @@ RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0)  # then the process dies
 # A finished attempt on its way to the result write: the delivery, the claim, the status,
 # the retry delay (retrying) and the error.
 Finished = tuple[Delivery, Claim, str, "int | None", "str | None"]
+
+
+class Failed(NamedTuple):
+    """A failed attempt whose claim read no backoff (a sealed claim): decided in the batch's
+    step 6, once the backoffs of the batch's failed jobs are read (one statement)."""
+
+    delivery: Delivery
+    claim: Claim
+    error: str
+    permanent: bool
+
+
+def decided(
+    d: Delivery, claim: Claim, error: str, permanent: bool, base_ms: int, cap_ms: int
+) -> Finished:
+    """What a failed attempt becomes (workers/retry.py), as the result write takes it."""
+    decision = decide(
+        error=error,
+        permanent=permanent,
+        attempt=claim.attempt,
+        max_attempts=claim.max_attempts,
+        base_ms=base_ms,
+        cap_ms=cap_ms,
+    )
+    return (d, claim, decision.status.value, decision.retry_in_ms, decision.error)
 
 
 class Recorder:
@@ -79,13 +106,18 @@ class Recorder:
         self.leased = leased  # the worker's runs held; a recorded attempt leaves it
         self.worker_id = worker_id
         self.batch_size = batch_size
-        self.finished: list[Finished] = []
+        self.finished: list[Finished | Failed] = []
         self.unreadable: list[Unreadable] = []
         self.durations: list[float] = []  # handler seconds of the finished attempts
         self.pending = asyncio.Event()  # something waits to be recorded
         self.done = asyncio.Event()  # `run` ended: everything handed over is recorded
 
     def add_finished(self, item: Finished, seconds: float) -> None:
+        self.finished.append(item)
+        self.durations.append(seconds)
+        self.pending.set()
+
+    def add_failed(self, item: Failed, seconds: float) -> None:
         self.finished.append(item)
         self.durations.append(seconds)
         self.pending.set()
@@ -97,7 +129,7 @@ class Recorder:
     async def run(self, executions_done: asyncio.Event) -> None:
         """Record until the dispatch has ended (`executions_done`) and nothing is left."""
         failures = 0
-        finished: list[Finished] = []
+        finished: list[Finished | Failed] = []
         unreadable: list[Unreadable] = []
         while True:
             if not finished and not unreadable:
@@ -126,7 +158,7 @@ class Recorder:
             finished, unreadable = [], []
         self.done.set()
 
-    def _take_batch(self) -> tuple[list[Finished], list[Unreadable]]:
+    def _take_batch(self) -> tuple[list[Finished | Failed], list[Unreadable]]:
         """Up to a batch of what waits, oldest first; the waiting durations go to the metrics."""
         size = self.batch_size
         finished, self.finished = self.finished[:size], self.finished[size:]
@@ -136,8 +168,12 @@ class Recorder:
             observe_many(self.metrics.handler_seconds, durations)
         return finished, unreadable
 
-    async def _settle(self, finished: list[Finished], unreadable: list[Unreadable]) -> None:
-        """Steps 5 to 7, for a batch."""
+    async def _settle(self, batch: list[Finished | Failed], unreadable: list[Unreadable]) -> None:
+        """Steps 5 to 7, for a batch (its failed attempts decided first, in place: a retried
+        batch does not decide them again)."""
+        if any(type(f) is Failed for f in batch):
+            await self._decide(batch)
+        finished: list[Finished] = batch  # type: ignore[assignment]  # all decided now
         dead = [f for f in finished if f[2] == RunStatus.DEAD]
         letters: list[Finished | Unreadable] = [*dead, *unreadable]
         if letters:
@@ -183,6 +219,19 @@ class Recorder:
         done.extend((u.tp, u.offset, u.generation) for u in unreadable)
         self.offsets.done_many(done)
         await self.source.store_positions(self.offsets.advanced())
+
+    async def _decide(self, batch: list[Finished | Failed]) -> None:
+        """Decide the batch's failed attempts with their jobs' backoff, read in one statement."""
+        failed = [f for f in batch if type(f) is Failed]
+        jobs = list({(f.claim.tenant, f.claim.job_id) for f in failed})
+        backoffs = await self.store.backoffs(jobs)
+        for i, f in enumerate(batch):
+            if type(f) is Failed:
+                c = f.claim
+                backoff = backoffs[(c.tenant, c.job_id)]
+                batch[i] = decided(
+                    f.delivery, c, f.error, f.permanent, backoff.base_ms, backoff.cap_ms
+                )
 
     def _letter(self, item: Finished | Unreadable, max_bytes: int) -> Outgoing:
         """The DLQ message of a dead run or an unreadable delivery, fitted to `max_bytes`."""

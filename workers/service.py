@@ -102,8 +102,7 @@ from tickwheel.workers.host_limits import HostLimit, HostLimiter, LimitPolicy
 from tickwheel.workers.limit_store import LimitStore
 from tickwheel.workers.metrics import PartsCollector, WorkerMetrics
 from tickwheel.workers.priorities import WeightedPicker
-from tickwheel.workers.record import Recorder
-from tickwheel.workers.retry import decide
+from tickwheel.workers.record import Failed, Recorder, decided
 from tickwheel.workers.store import Claim, JobContent, Keys, RunId, RunStore
 from tickwheel.workers.targets import HttpTargets, TargetPolicy
 from tickwheel.workers.tenant_caps import TenantCaps
@@ -133,7 +132,10 @@ class Worker:
         *,
         concurrency: int | None = None,
         metrics: WorkerMetrics | None = None,
+        seal_key: bytes | None = None,
     ) -> None:
+        """`seal_key`: the run-seal key (tickwheel/run_seal.py); None: no delivery counts as
+        sealed, and every claim reads what to run from the job's row."""
         self.settings = settings
         self.worker_id = worker_id
         self.concurrency = concurrency or settings.worker_concurrency
@@ -183,6 +185,7 @@ class Worker:
             queues=self.queues,
             metrics=self.metrics,
             dead_letter=self._dead_letter,
+            seal_key=seal_key,
         )
         self.source = self.fetcher.source
         self.recorder = Recorder(
@@ -242,12 +245,26 @@ class Worker:
             if under_cap:
                 rest = [d for d in picked if d.env.tenant not in capped]
                 if rest:
-                    await self._claim_batch(rest, None)
+                    await self._claim_uncapped(rest)
                 await self._claim_batch(under_cap, sorted({d.env.tenant for d in under_cap}))
                 return
+        await self._claim_uncapped(picked)
+
+    async def _claim_uncapped(self, picked: list[Delivery]) -> None:
+        """Sealed deliveries take the claim that reads no job row; the others the one that
+        reads what to run from it (tickwheel/run_seal.py)."""
+        sealed = [d for d in picked if d.sealed]
+        if len(sealed) == len(picked):
+            await self._claim_batch(picked, None, sealed=True)
+            return
+        if sealed:
+            await self._claim_batch(sealed, None, sealed=True)
+            picked = [d for d in picked if not d.sealed]
         await self._claim_batch(picked, None)
 
-    async def _claim_batch(self, picked: list[Delivery], capped: list[str] | None) -> None:
+    async def _claim_batch(
+        self, picked: list[Delivery], capped: list[str] | None, sealed: bool = False
+    ) -> None:
         # Two deliveries of one run may carry different attempts (a stale one and its
         # re-dispatch): both are asked for, at most one can match the row.
         keys = Keys()
@@ -259,7 +276,9 @@ class Worker:
                 keys.add(d.run, d.env.attempt, d.published_ms)
         try:
             claims, refused = await self.store.claim_isolating(
-                keys, None if capped is None else (capped, self.settings.tenant_cap_hold_ms)
+                keys,
+                None if capped is None else (capped, self.settings.tenant_cap_hold_ms),
+                sealed,
             )
         except DB_ERRORS as exc:
             self._claim_failures += 1
@@ -321,8 +340,12 @@ class Worker:
     def _start(self, d: Delivery, claim: Claim) -> None:
         """Step 3: run the job's content; an attempt over at once is recorded at once."""
         env = d.env
-        job = claim.content()
-        if job is not None and _differs(env, job):
+        job: JobContent | None
+        if d.sealed:  # a leader built it from the job's row: it is what runs
+            job = JobContent(env.handler, env.target, env.payload, env.timeout_ms)
+        else:
+            job = claim.content()
+        if job is not None and not d.sealed and _differs(env, job):
             self.metrics.envelope_mismatch.inc()
             log.warning(
                 "envelope of %s differs from its job's content; the job's runs",
@@ -364,21 +387,18 @@ class Worker:
         """Step 4: what the attempt becomes, queued for `record`."""
         if outcome.error is None:
             self.recorder.add_finished((d, claim, SUCCEEDED, None, None), outcome.seconds)
-        else:
-            decision = decide(
-                # An exception's message can be as large as the handler likes: the row and
-                # the dead letter keep its start.
-                error=cut_text(outcome.error),
-                permanent=outcome.permanent,
-                attempt=claim.attempt,
-                max_attempts=claim.max_attempts,
-                base_ms=claim.backoff_base_ms,
-                cap_ms=claim.backoff_cap_ms,
-            )
-            self.recorder.add_finished(
-                (d, claim, decision.status.value, decision.retry_in_ms, decision.error),
-                outcome.seconds,
-            )
+            return
+        # An exception's message can be as large as the handler likes: the row and the dead
+        # letter keep its start.
+        error = cut_text(outcome.error)
+        if claim.backoff_base_ms is None or claim.backoff_cap_ms is None:
+            # A sealed claim read no job row: the recorder reads the backoff, then decides.
+            self.recorder.add_failed(Failed(d, claim, error, outcome.permanent), outcome.seconds)
+            return
+        base_ms, cap_ms = claim.backoff_base_ms, claim.backoff_cap_ms
+        self.recorder.add_finished(
+            decided(d, claim, error, outcome.permanent, base_ms, cap_ms), outcome.seconds
+        )
 
     async def _skip(self, unclaimed: Sequence[Delivery]) -> None:
         """Deliveries that claimed nothing are done at once; say why in the metrics."""
@@ -479,6 +499,7 @@ def make_worker(
     worker_id: str,
     concurrency: int | None = None,
     metrics: WorkerMetrics | None = None,
+    seal_key: bytes | None = None,
 ) -> Worker:
     from tickwheel.kafka import consumer, producer
 
@@ -507,6 +528,7 @@ def make_worker(
         worker_id,
         concurrency=concurrency,
         metrics=metrics,
+        seal_key=seal_key,
     )
 
 
@@ -537,7 +559,9 @@ async def serve(
     )
     process = Process("worker")
     metrics.registry.register(PartsCollector(process))
-    worker = make_worker(settings, pool, worker_id, concurrency, metrics)
+    worker = make_worker(
+        settings, pool, worker_id, concurrency, metrics, seal_key=await db.run_seal_key(pool)
+    )
     process.on_close(pool.close)
     worker.start(process)
     log.info(

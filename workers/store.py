@@ -42,8 +42,8 @@ class Claim(NamedTuple):
     attempt: int
     max_attempts: int
     started_ms: int  # database clock, unix ms
-    backoff_base_ms: int
-    backoff_cap_ms: int
+    backoff_base_ms: int | None  # None: a sealed claim, which reads no job row
+    backoff_cap_ms: int | None
     handler: str | None
     target: str | None  # JSON text
     payload: str | None  # JSON text
@@ -63,6 +63,13 @@ class Claim(NamedTuple):
             loads_exact(self.payload or "null"),
             self.timeout_ms,
         )
+
+
+class Backoff(NamedTuple):
+    """A job's retry backoff, milliseconds."""
+
+    base_ms: int
+    cap_ms: int
 
 
 # A claim's answer: each run claimed, or None for a run its tenant's cap held back.
@@ -140,20 +147,37 @@ class RunStore:
         self.worker_id = worker_id
         self.lease_ms = lease_ms
 
-    async def claim(self, keys: Keys) -> Claims:
-        """Claim what can be claimed; runs absent from the answer are duplicates or stale."""
+    async def claim(self, keys: Keys, sealed: bool = False) -> Claims:
+        """Claim what can be claimed; runs absent from the answer are duplicates or stale.
+        `sealed`: the deliveries' seals opened (tickwheel/run_seal.py): their envelopes say
+        what to run, and the claim reads no job row — its claims carry no content and no
+        backoff (None; `backoffs` reads it for a failed attempt)."""
         if not keys:
             return {}
+        name = "worker_claim_sealed" if sealed else "worker_claim"
         rows = await self.pool.fetch(
-            QUERIES[broken.query("worker_claim", broken.CLAIM_IGNORES_LEASE)],
-            *self._claim_params(keys),
+            QUERIES[broken.query(name, broken.CLAIM_IGNORES_LEASE)], *self._claim_params(keys)
         )
         new = tuple.__new__
         claims: Claims = {}
+        if sealed:
+            for row in rows:
+                claim: Claim = new(Claim, (*row, None, None, None, None, None, None))
+                claims[(claim[0], claim[1], claim[2])] = claim
+            return claims
         for row in rows:
-            claim: Claim = new(Claim, row)
+            claim = new(Claim, row)
             claims[(claim[0], claim[1], claim[2])] = claim
         return claims
+
+    async def backoffs(self, jobs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Backoff]:
+        """The retry backoff of each job (its row gone: the defaults)."""
+        if not jobs:
+            return {}
+        rows = await self.pool.fetch(
+            QUERIES["job_backoffs"], [j[0] for j in jobs], [j[1] for j in jobs]
+        )
+        return {(r[0], r[1]): Backoff(r[2], r[3]) for r in rows}
 
     def _claim_params(self, keys: Keys) -> tuple[Any, ...]:
         """$1..$8 of `worker_claim` (and of `worker_claim_capped`)."""
@@ -188,7 +212,7 @@ class RunStore:
         return claims
 
     async def claim_isolating(
-        self, keys: Keys, capped: tuple[list[str], int] | None = None
+        self, keys: Keys, capped: tuple[list[str], int] | None = None, sealed: bool = False
     ) -> tuple[Claims, dict[tuple[RunId, int], str]]:
         """`claim` (or, given `capped` — the batch's capped tenants and the hold delay in ms —
         `claim_capped`), except that when the database refuses the statement for its data (a
@@ -197,7 +221,7 @@ class RunStore:
         per refused (run, attempt), the database's reason. An unavailable database raises."""
         try:
             if capped is None:
-                return await self.claim(keys), {}
+                return await self.claim(keys, sealed), {}
             return await self.claim_capped(keys, *capped), {}
         except DB_ERRORS as exc:
             if not is_data_error(exc):
@@ -206,8 +230,10 @@ class RunStore:
                 return {}, {(keys.run(0), keys.attempts[0]): f"the database refused it: {exc}"}
             log.warning("a claim of %d runs was refused for its data; isolating it", len(keys))
         half = len(keys) // 2
-        first, refused_first = await self.claim_isolating(keys.part(0, half), capped)
-        second, refused_second = await self.claim_isolating(keys.part(half, len(keys)), capped)
+        first, refused_first = await self.claim_isolating(keys.part(0, half), capped, sealed)
+        second, refused_second = await self.claim_isolating(
+            keys.part(half, len(keys)), capped, sealed
+        )
         return first | second, refused_first | refused_second
 
     async def statuses(self, runs: Sequence[RunId]) -> dict[RunId, tuple[str, int, bool]]:

@@ -9,7 +9,9 @@ due at one instant in a scratch database of the dev stack:
                `plan_claims`), one shard after another, `--claim` jobs per statement (344:
                what a claim took in a hot second under the dispatch window, session 10)
     start      the worker's claim (`RunStore.claim`, the workers' session settings),
-               `--start` runs per statement (~60 in a hot second at concurrency 64)
+               `--start` runs per statement (~60 in a hot second at concurrency 64), as for
+               the sealed envelopes leaders publish (`worker_claim_sealed`: no job row read;
+               `--unsealed`: `worker_claim`, as for anyone else's)
     result     the worker's result write (`RunStore.write_results`), `--result` per statement
     floor …    the floor's claim and result statements (bench/floor.py: 5,000 jobs per claim,
                500 results per write) on the same jobs in its own tables of the same database:
@@ -167,11 +169,11 @@ async def _in_batches(
     return calls
 
 
-async def _start(store: RunStore, batch: list[RunId]) -> int:
+async def _start(store: RunStore, sealed: bool, batch: list[RunId]) -> int:
     keys = Keys()
     for run in batch:
         keys.add(run, 1)
-    return len(await store.claim(keys))
+    return len(await store.claim(keys, sealed))
 
 
 async def _succeed(store: RunStore, batch: list[RunId]) -> int:
@@ -227,7 +229,7 @@ async def _floor(dsn: str, jobs: int, admin: asyncpg.Pool) -> list[Phase]:
 
 
 async def _round(
-    dsn: str, jobs: int, claim: int, start: int, result: int, setup: str | None
+    dsn: str, jobs: int, claim: int, start: int, result: int, setup: str | None, sealed: bool
 ) -> list[Phase]:
     """One database (`setup` run on it once migrated): register, then the phases in turn."""
     async with scratch_database_async(dsn, "statements") as database:
@@ -256,7 +258,7 @@ async def _round(
             worker_pid = await workers.fetchval("SELECT pg_backend_pid()")
             store = RunStore(workers, OWNER, WORKER_LEASE_MS)
             claimed = partial(_leader_claims, leaders, shards, claim, runs)
-            started = partial(_in_batches, runs, start, partial(_start, store), "started")
+            started = partial(_in_batches, runs, start, partial(_start, store, sealed), "started")
             written = partial(_in_batches, runs, result, partial(_succeed, store), "written")
             steps = [
                 ("claim", leaders.get_server_pid(), claimed),
@@ -310,6 +312,11 @@ def main() -> None:
     parser.add_argument("--claim", type=int, default=344, help="jobs per leader claim")
     parser.add_argument("--start", type=int, default=64, help="runs per worker claim")
     parser.add_argument("--result", type=int, default=256, help="runs per result write")
+    parser.add_argument(
+        "--unsealed",
+        action="store_true",
+        help="start as for unsealed envelopes (the claim reads the job's row)",
+    )
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=FILE")
     parser.add_argument("--variant-setup", type=str, default=None, metavar="FILE")
     parser.add_argument("--json", type=str, default=None)
@@ -336,6 +343,7 @@ def main() -> None:
                     args.start,
                     args.result,
                     setup if label == "variant" else None,
+                    not args.unsealed,
                 )
             )
             rounds.append((label, phases))
@@ -345,6 +353,7 @@ def main() -> None:
         report: dict[str, Any] = {
             "jobs": args.jobs,
             "batches": {"claim": args.claim, "start": args.start, "result": args.result},
+            "start_claim": "unsealed" if args.unsealed else "sealed",
             "variants": args.variant,
             "variant_setup": args.variant_setup,
             "rounds": [

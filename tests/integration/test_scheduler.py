@@ -16,6 +16,7 @@ import pytest
 from tickwheel.clock import format_ms, now_ms
 from tickwheel.domain import PRIORITIES, run_key
 from tickwheel.envelopes import DeadLetter, RunEnvelope
+from tickwheel.run_seal import opens
 from tickwheel.sharding import shard_of
 from tickwheel.testing import drain
 
@@ -43,7 +44,8 @@ def _every_second(job_id: str, **extra: object) -> dict[str, object]:
 
 async def test_cron_and_one_off_fire_on_time_on_their_priority_topics(sched: SchedEnv) -> None:
     """a seconds-field cron job and a one-off fire at their instants, never early, one row
-    per occurrence, their envelopes on the priority topics with run_key and epoch headers"""
+    per occurrence, their envelopes on the priority topics with run_key and epoch headers and
+    a seal that opens under the deployment's key"""
     async with running_scheduler(sched, "solo") as (scheduler, _):
         at_ms = (now_ms() // 1000 + 3) * 1000
         await sched.register(
@@ -89,6 +91,12 @@ async def test_cron_and_one_off_fire_on_time_on_their_priority_topics(sched: Sch
         assert headers["epoch"] == str(env.epoch).encode()
         assert env.attempt == 1
     assert high[0][0].payload == {"n": 1}
+    (key,) = await sched.fetch("SELECT secret FROM cluster_secrets WHERE name = 'run_seal'")
+    messages = drain(sched.stack.kafka, sched.topics.runs("low"), timeout_s=20)
+    assert messages and all(
+        opens(bytes(key["secret"]), m.value() or b"", m.headers()) for m in messages
+    )
+    assert not opens(bytes(32), messages[0].value() or b"", messages[0].headers())
 
 
 async def test_jobs_beyond_the_horizon_are_loaded_as_its_end_moves_on(sched: SchedEnv) -> None:

@@ -35,7 +35,7 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
 
-from tickwheel import PermanentError, handler
+from tickwheel import PermanentError, db, handler
 from tickwheel.clock import format_ms, now_ms
 from tickwheel.config import Settings, load_settings
 from tickwheel.crash_points import FAULT_EXIT_CODE
@@ -46,6 +46,7 @@ from tickwheel.kafka import admin_client, producer
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.store import RegistryStore
+from tickwheel.run_seal import SEAL_HEADER, seal
 from tickwheel.runtime import Process
 from tickwheel.stack import Addresses
 from tickwheel.testing import drain, produce, unique_topics
@@ -157,16 +158,20 @@ async def redispatch(dsn: str, tenant: str, spec: RunSpec) -> RunSpec:
     return replace(spec, attempt=spec.attempt + 1)
 
 
-def publish(kafka: str, topics: Topics, tenant: str, specs: list[RunSpec]) -> None:
+def publish(
+    kafka: str, topics: Topics, tenant: str, specs: list[RunSpec], seal_key: bytes | None = None
+) -> None:
+    """The specs' envelopes on their run topics; sealed under `seal_key` as a leader seals them
+    (tickwheel/run_seal.py), else unsealed, as anyone else's."""
     prod = producer(kafka)
     for spec in specs:
         env = spec.envelope(tenant)
-        prod.produce(
-            topics.runs(env.priority),
-            key=env.job_id.encode(),
-            value=env.encode(),
-            headers=list(env.headers()),
-        )
+        value = env.encode()
+        headers = list(env.headers())
+        if seal_key is not None:
+            headers.append((SEAL_HEADER, seal(seal_key, value)))
+        topic = topics.runs(env.priority)
+        prod.produce(topic, key=env.job_id.encode(), value=value, headers=headers)
     assert prod.flush(30) == 0
 
 
@@ -234,7 +239,13 @@ def worker_settings(stack: Addresses, dsn: str, topics: Topics, **extra: Any) ->
 async def running_worker(settings: Settings, concurrency: int = 8) -> AsyncIterator[Worker]:
     pool = await asyncpg.create_pool(settings.effective_dsn, min_size=1, max_size=8)
     process = Process("test-worker")
-    worker = make_worker(settings, pool, f"w-{uuid.uuid4().hex[:6]}", concurrency)
+    worker = make_worker(
+        settings,
+        pool,
+        f"w-{uuid.uuid4().hex[:6]}",
+        concurrency,
+        seal_key=await db.run_seal_key(pool),
+    )
     process.on_close(pool.close)
     worker.start(process)
     task = asyncio.create_task(process.run(signals=False, grace_s=15))
@@ -248,6 +259,18 @@ async def running_worker(settings: Settings, concurrency: int = 8) -> AsyncItera
 @pytest.fixture
 def tenant() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def seal_key(db_dsn: str) -> bytes:
+    """The deployment's run-seal key, as a leader reads it (migration 0013)."""
+    conn = await asyncpg.connect(db_dsn)
+    try:
+        key = await db.run_seal_key(conn)
+    finally:
+        await conn.close()
+    assert key is not None and len(key) == 32
+    return key
 
 
 @pytest.fixture
@@ -336,9 +359,11 @@ async def test_two_workers_succeed_each_run_exactly_once(
     tenant: str,
     workers: Subprocesses,
     exec_log: Path,
+    seal_key: bytes,
 ) -> None:
-    """across two worker processes every run executes once and ends succeeded, visible with
-    started_at/finished_at in GET /v1/jobs/{id}/runs"""
+    """across two worker processes every run — sealed as a leader sends it, with unsealed
+    copies of some — executes once and ends succeeded, visible with started_at/finished_at in
+    GET /v1/jobs/{id}/runs"""
     specs = [
         RunSpec(f"job-{i}", priority=("high", "normal", "low")[i % 3], handler=h)
         for i, h in enumerate(["test.record", "test.sync_record"] * 60)
@@ -346,8 +371,9 @@ async def test_two_workers_succeed_each_run_exactly_once(
     await create_runs(db_dsn, tenant, specs)
     workers.start("w1", "--concurrency", "4")
     workers.start("w2", "--concurrency", "4")
-    publish(stack.kafka, topics, tenant, specs)
-    publish(stack.kafka, topics, tenant, specs[:20])  # duplicates, as after a re-publish
+    publish(stack.kafka, topics, tenant, specs, seal_key)
+    publish(stack.kafka, topics, tenant, specs[:20], seal_key)  # duplicates, as after a re-publish
+    publish(stack.kafka, topics, tenant, specs[20:30])  # and unsealed copies: each claim decides
     await wait_for(
         lambda: statuses_are(db_dsn, tenant, "succeeded", len(specs)), 60, "all succeeded"
     )
@@ -502,17 +528,21 @@ async def ok(_ctx: Context, _payload: Any) -> None:
     return None
 
 
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "unsealed"])
 async def test_retries_follow_full_jitter_then_exhausted_run_is_dead_lettered(
-    stack: Addresses, db_dsn: str, topics: Topics, tenant: str
+    stack: Addresses, db_dsn: str, topics: Topics, tenant: str, seal_key: bytes, sealed: bool
 ) -> None:
-    """each retryable failure sets retry_at within [now, now + min(cap, base·2^attempt)]; the
-    last attempt goes dead and its envelope, error, attempts and worker land on the DLQ"""
+    """each retryable failure sets retry_at within [now, now + min(cap, base·2^attempt)] of the
+    job's backoff — read by the claim, or, for a sealed envelope whose claim reads no job row,
+    with the result; the last attempt goes dead and its envelope, error, attempts and worker
+    land on the DLQ"""
     spec = RunSpec("flaky", handler="it.flaky", max_attempts=3, base_ms=1000, cap_ms=3000)
     await create_runs(db_dsn, tenant, [spec])
     settings = worker_settings(stack, db_dsn, topics)
+    key = seal_key if sealed else None
     async with running_worker(settings) as worker:
         for attempt, ceiling_ms in ((1, 2000), (2, 3000)):
-            publish(stack.kafka, topics, tenant, [spec])
+            publish(stack.kafka, topics, tenant, [spec], key)
             await wait_for(lambda: statuses_are(db_dsn, tenant, "retrying", 1), 30, "retrying")
             row = (await runs_of(db_dsn, tenant))["flaky"]
             assert row["attempt"] == attempt
@@ -522,7 +552,7 @@ async def test_retries_follow_full_jitter_then_exhausted_run_is_dead_lettered(
                 dt.timedelta(milliseconds=-1000) <= delay <= dt.timedelta(milliseconds=ceiling_ms)
             )
             spec = await redispatch(db_dsn, tenant, spec)
-        publish(stack.kafka, topics, tenant, [spec])
+        publish(stack.kafka, topics, tenant, [spec], key)
         await wait_for(lambda: statuses_are(db_dsn, tenant, "dead", 1), 30, "dead")
         worker_id = worker.worker_id
     row = (await runs_of(db_dsn, tenant))["flaky"]
@@ -643,6 +673,49 @@ async def test_an_envelope_unlike_its_job_runs_the_jobs_content_once(
     assert mismatches == 1
     rows = await runs_of(db_dsn, tenant)
     assert (rows["real"]["status"], rows["real"]["attempt"]) == ("succeeded", 1)
+
+
+async def test_a_sealed_envelope_runs_its_own_content_and_a_false_seal_the_jobs(
+    stack: Addresses, db_dsn: str, topics: Topics, tenant: str, seal_key: bytes
+) -> None:
+    """an envelope sealed under the deployment's key runs the content it carries (what the
+    leader's claim read; its claim reads no job row), nothing counted as a mismatch; one sealed
+    under another key, or with its sealed value altered, is claimed like an unsealed one: the
+    job's own content runs and the difference is counted; each run succeeds once"""
+    job_payload = {"from": "job"}
+    leader = RunSpec("leader", handler="it.payload", payload=job_payload)
+    other_key = RunSpec("other-key", handler="it.payload", payload=job_payload)
+    altered = RunSpec("altered", handler="it.payload", payload=job_payload)
+    await create_runs(db_dsn, tenant, [leader, other_key, altered])
+    publish(stack.kafka, topics, tenant, [replace(leader, payload={"from": "leader"})], seal_key)
+    publish(
+        stack.kafka,
+        topics,
+        tenant,
+        [replace(other_key, payload={"from": "forger"})],
+        bytes(32),  # a key that is not the deployment's
+    )
+    # a value changed after it was sealed: the seal of the original is kept
+    sealed_for = replace(altered, payload={"from": "sealed"}).envelope(tenant).encode()
+    forged = replace(altered, payload={"from": "forger"}).envelope(tenant)
+    prod = producer(stack.kafka)
+    prod.produce(
+        topics.runs("normal"),
+        key=forged.job_id.encode(),
+        value=forged.encode(),
+        headers=[*forged.headers(), (SEAL_HEADER, seal(seal_key, sealed_for))],
+    )
+    assert prod.flush(30) == 0
+    PAYLOADS.clear()
+    async with running_worker(worker_settings(stack, db_dsn, topics)) as worker:
+        await wait_for(lambda: statuses_are(db_dsn, tenant, "succeeded", 3), 30, "the runs")
+        mismatches = worker.metrics.envelope_mismatch._value.get()
+    ran = {key.split("/", 1)[1].split("@")[0]: payload for key, payload in PAYLOADS}
+    assert ran == {"leader": {"from": "leader"}, "other-key": job_payload, "altered": job_payload}
+    assert len(PAYLOADS) == 3
+    assert mismatches == 2
+    rows = await runs_of(db_dsn, tenant)
+    assert {(r["status"], r["attempt"]) for r in rows.values()} == {("succeeded", 1)}
 
 
 async def test_an_envelope_naming_a_run_held_back_by_buffer_one_claims_nothing(

@@ -20,9 +20,11 @@ class _FakeStore(RunStore):
         self.poisoned = poisoned
         self.unavailable = unavailable
         self.statements = 0
+        self.sealed: list[bool] = []
 
-    async def claim(self, keys: Keys) -> dict[RunId, Claim]:
+    async def claim(self, keys: Keys, sealed: bool = False) -> dict[RunId, Claim]:
         self.statements += 1
+        self.sealed.append(sealed)
         if self.unavailable:
             raise ConnectionRefusedError("the database is down")
         if any(job in self.poisoned for job in keys.job_ids):
@@ -49,6 +51,14 @@ async def test_one_poisoned_run_is_isolated_and_the_rest_claimed() -> None:
     assert "value out of int64 range" in refused[(("acme", "job-17", 1017), 1)]
     # bisection: about 2 log2(64) statements, not one per run
     assert store.statements <= 2 * 6 + 1
+
+
+async def test_a_sealed_batch_is_isolated_with_the_sealed_claim() -> None:
+    """the halves of a refused sealed batch are claimed as sealed too"""
+    store = _FakeStore({"job-3"})
+    claims, refused = await store.claim_isolating(_items(8), sealed=True)
+    assert len(claims) == 7 and list(refused) == [(("acme", "job-3", 1003), 1)]
+    assert store.sealed and all(store.sealed)
 
 
 async def test_a_clean_batch_is_one_statement() -> None:

@@ -24,3 +24,7 @@ SELECT job_runs_ensure_partitions($1::date, $2::integer)
 
 -- partitions_drop_before --
 SELECT job_runs_drop_partitions_before($1::date) AS dropped
+
+-- run_seal_key --
+-- The key run envelopes are sealed with (tickwheel/run_seal.py); no row: nothing is sealed.
+SELECT secret FROM cluster_secrets WHERE name = 'run_seal'

@@ -59,6 +59,43 @@ SELECT c.tenant, c.job_id,
 FROM claimed c
 LEFT JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
 
+-- worker_claim_sealed --
+-- `worker_claim` for deliveries whose seal opened (tickwheel/run_seal.py): what runs is the
+-- envelope's content, which the leader built from the job's row in the transaction that created
+-- the run, so the job's row is not read here — the claim is the run row's UPDATE alone (the
+-- join cost a third of the claim's Postgres time, docs/BENCHMARKS.md). The job's backoff, needed
+-- only by a failed attempt, is read then (`job_backoffs`). Same parameters as `worker_claim`;
+-- the columns are its first six.
+WITH wanted AS (
+    SELECT w.tenant, w.job_id,
+           'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond' AS scheduled_at,
+           w.attempt,
+           'epoch'::timestamptz + w.published_ms * interval '1 millisecond' AS published_at
+    FROM unnest(string_to_array($1::text, ','), string_to_array($2::text, ','),
+                string_to_array($3::text, ',')::bigint[], string_to_array($4::text, ',')::integer[],
+                string_to_array($7::text, ',', 'n')::bigint[])
+         AS w(tenant, job_id, scheduled_ms, attempt, published_ms)
+)
+UPDATE job_runs r
+SET status = 'running', worker = $5::text, started_at = now(),
+    lease_until = now() + $6::bigint * interval '1 millisecond',
+    published_at = coalesce(w.published_at, r.published_at)
+FROM wanted w
+WHERE r.tenant = w.tenant AND r.job_id = w.job_id AND r.scheduled_at = w.scheduled_at
+  AND r.status = ANY ($8::text[]) AND r.attempt = w.attempt
+  AND r.lease_until IS NOT NULL  -- as in worker_claim: a buffered run is not sent yet
+RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_ms,
+          r.attempt, r.max_attempts, (extract(epoch FROM r.started_at) * 1000)::bigint AS started_ms
+
+-- job_backoffs --
+-- The retry backoff of some jobs (sealed claims' failed attempts); a job whose row is gone gets
+-- the defaults, as `worker_claim` gives it. $1 tenants, $2 job ids.
+SELECT k.tenant, k.job_id,
+       coalesce(j.backoff_base_ms, 10000) AS backoff_base_ms,
+       coalesce(j.backoff_cap_ms, 600000) AS backoff_cap_ms
+FROM unnest($1::text[], $2::text[]) AS k(tenant, job_id)
+LEFT JOIN jobs j ON j.tenant = k.tenant AND j.job_id = k.job_id
+
 -- broken_worker_claim_ignores_lease --
 -- TEST ONLY (tickwheel/broken.py, variant claim_ignores_lease): `worker_claim` with its guard
 -- removed: a run already running under another worker's live lease is claimed again at the
@@ -92,6 +129,30 @@ SELECT c.tenant, c.job_id,
        j.handler, j.target::text AS target, j.payload::text AS payload, j.timeout_ms
 FROM claimed c
 LEFT JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
+
+-- broken_worker_claim_sealed_ignores_lease --
+-- TEST ONLY (tickwheel/broken.py, variant claim_ignores_lease): `worker_claim_sealed` with the
+-- same guard removed as in `broken_worker_claim_ignores_lease`.
+WITH wanted AS (
+    SELECT w.tenant, w.job_id,
+           'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond' AS scheduled_at,
+           w.attempt,
+           'epoch'::timestamptz + w.published_ms * interval '1 millisecond' AS published_at
+    FROM unnest(string_to_array($1::text, ','), string_to_array($2::text, ','),
+                string_to_array($3::text, ',')::bigint[], string_to_array($4::text, ',')::integer[],
+                string_to_array($7::text, ',', 'n')::bigint[])
+         AS w(tenant, job_id, scheduled_ms, attempt, published_ms)
+)
+UPDATE job_runs r
+SET status = 'running', worker = $5::text, started_at = now(),
+    lease_until = now() + $6::bigint * interval '1 millisecond',
+    published_at = coalesce(w.published_at, r.published_at)
+FROM wanted w
+WHERE r.tenant = w.tenant AND r.job_id = w.job_id AND r.scheduled_at = w.scheduled_at
+  AND (r.status = ANY ($8::text[]) OR r.status = 'running') AND r.attempt = w.attempt
+  AND r.lease_until IS NOT NULL
+RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_ms,
+          r.attempt, r.max_attempts, (extract(epoch FROM r.started_at) * 1000)::bigint AS started_ms
 
 -- worker_run_statuses --
 -- Why deliveries claimed nothing: the row's status and attempt now (no row: an unknown run),
