@@ -33,9 +33,9 @@ from functools import partial
 from confluent_kafka import KafkaException, Producer
 
 from tickwheel.domain import PRIORITIES, run_key
-from tickwheel.envelopes import DeadLetter
+from tickwheel.envelopes import DeadLetter, encode_run, run_headers
 from tickwheel.kafka import Outgoing, PublishError, publish_confirmed, publish_reports, value_room
-from tickwheel.run_seal import SEAL_HEADER, seal
+from tickwheel.run_seal import SEAL_HEADER, RunSeal
 from tickwheel.shards.store import Dead, Dispatch
 from tickwheel.topics import Topics
 
@@ -57,14 +57,14 @@ class Outbox:
         producer: Producer,
         topics: Topics,
         clock_ms: Callable[[], int] | None = None,
-        seal_key: bytes | None = None,
+        run_seal: RunSeal | None = None,
     ) -> None:
         """`clock_ms` stamps the records (unix ms); None: the producer's wall clock.
-        `seal_key` seals every run envelope (tickwheel/run_seal.py); None: none is sealed."""
+        `run_seal` seals every run envelope (tickwheel/run_seal.py); None: none is sealed."""
         self.producer = producer
         self.topics = topics
         self.clock_ms = clock_ms
-        self.seal_key = seal_key
+        self.run_seal = run_seal
         self._threads = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="publish")
         self._partitions: dict[str, tuple[int, float]] = {}  # topic: (count, read at, monotonic)
 
@@ -118,28 +118,27 @@ class Outbox:
     def _publish(self, runs: Sequence[Dispatch], epoch: int, shard: int) -> list[Dispatch]:
         messages = []
         stamp = None if self.clock_ms is None else self.clock_ms()
-        partitions: dict[str, int | None] = {}
-        key = self.seal_key
+        topics: dict[str, tuple[str, int | None]] = {}  # priority: (topic, partition)
+        sealer = self.run_seal
+        epoch_digits = str(epoch).encode()
         for run in runs:
-            envelope = run.envelope(epoch)
-            topic = self.topics.runs(run.priority)
-            if topic not in partitions:
-                partitions[topic] = self.partition_of(topic, shard)
-            value = envelope.encode()
-            headers = envelope.headers()
-            if key is not None:
-                headers.append((SEAL_HEADER, seal(key, value)))
+            found = topics.get(run.priority)
+            if found is None:
+                topic = self.topics.runs(run.priority)
+                found = topics[run.priority] = (topic, self.partition_of(topic, shard))
+            key = run_key(run.tenant, run.job_id, run.scheduled_ms)
+            value = encode_run(
+                key, run.tenant, run.job_id, run.scheduled_ms, run.attempt, epoch, run.priority,
+                run.payload, run.timeout_ms, run.handler, run.target, run.origin,
+            )  # fmt: skip
+            headers = run_headers(key, epoch_digits)
+            if sealer is not None:
+                headers.append((SEAL_HEADER, sealer.seal(value)))
             messages.append(
-                Outgoing(
-                    topic,
-                    value,
-                    key=run.job_id,
-                    headers=headers,  # type: ignore[arg-type]
-                    timestamp_ms=stamp,
-                    partition=partitions[topic],
-                )
+                Outgoing(found[0], value, run.job_id, headers, stamp, found[1])  # type: ignore[arg-type]
             )
-        failed = publish_confirmed(self.producer, messages)
+        # Each envelope names its run: no two values are equal.
+        failed = publish_confirmed(self.producer, messages, distinct_values=True)
         if failed:
             log.warning(
                 "%d of %d runs not acknowledged; the sweeper publishes them again",

@@ -120,7 +120,7 @@ class Scheduler:
             ),
             Topics(s.topic_prefix),
             clock.now_ms,
-            seal_key=await db.run_seal_key(self._pool),
+            run_seal=await db.run_seal(self._pool),
         )
         await self._outbox.warm_up()
         self.feed = ChangeFeed(

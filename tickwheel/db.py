@@ -20,6 +20,7 @@ from asyncpg.exceptions._base import DataError as ClientDataError
 
 from tickwheel.domain import PRIORITIES
 from tickwheel.queries import QUERIES
+from tickwheel.run_seal import RunSeal
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 PARTITION_DAYS_AHEAD = 7  # days of job_runs partitions kept ready beyond today
@@ -143,11 +144,12 @@ async def migrate(conn: asyncpg.Connection) -> list[Migration]:
     return applied_now
 
 
-async def run_seal_key(pool: asyncpg.Pool | asyncpg.Connection) -> bytes | None:
-    """The key run envelopes are sealed with (tickwheel/run_seal.py, migration 0013); None when
-    the row is missing: then nothing is sealed and every claim reads the job's row."""
+async def run_seal(pool: asyncpg.Pool | asyncpg.Connection) -> RunSeal | None:
+    """The seal of run envelopes under the deployment's key (tickwheel/run_seal.py, migration
+    0013); None when the key's row is missing: then nothing is sealed and every worker claim
+    reads the job's row."""
     secret = await pool.fetchval(QUERIES["run_seal_key"])
-    return None if secret is None else bytes(secret)
+    return None if secret is None else RunSeal(bytes(secret))
 
 
 async def ensure_partitions(

@@ -197,7 +197,7 @@ class RunEnvelope(NamedTuple):
         return orjson.dumps(self.to_dict())
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return [("run_key", self.run_key.encode()), ("epoch", str(self.epoch).encode())]
+        return run_headers(self.run_key, str(self.epoch).encode())
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> RunEnvelope:
@@ -268,6 +268,63 @@ class RunEnvelope(NamedTuple):
     @classmethod
     def decode(cls, raw: bytes) -> RunEnvelope:
         return cls.from_dict(_loads(raw))
+
+
+def run_headers(key: str, epoch: bytes) -> list[tuple[str, bytes]]:
+    """A run message's headers (DESIGN §5): its run key, and the epoch that dispatched it (the
+    number's digits, which a leader encodes once per batch)."""
+    return [("run_key", key.encode()), ("epoch", epoch)]
+
+
+# A character that a JSON string cannot hold as it is: a control character, a quote, a backslash.
+_JSON_ESCAPE = re.compile(r'[\x00-\x1f"\\]')
+
+
+def encode_run(
+    key: str,
+    tenant: str,
+    job_id: str,
+    scheduled_at: int,
+    attempt: int,
+    epoch: int,
+    priority: str,
+    payload_json: str,
+    timeout_ms: int,
+    handler: str | None,
+    target_json: str | None,
+    origin: str,
+) -> bytes:
+    """The bytes of the run envelope a leader publishes, from a claimed row's values: `key` its
+    run key (`domain.run_key`, which the caller puts in the header too), the payload and the
+    target as the JSON texts Postgres returned (`payload_json`, `target_json`).
+
+    Written out in one format string rather than built as a `RunEnvelope` and encoded: a
+    leader encodes every run of a hot second, and the object, its dict and the generic encoder
+    were half of what publishing a run cost in Python (docs/BENCHMARKS.md). The same JSON value
+    as `RunEnvelope.encode` (a property test holds them equal); a string the format would have
+    to escape — never one of the forms the registry accepts — takes the generic encoder."""
+    if _JSON_ESCAPE.search(f"{tenant}{job_id}{handler or ''}{priority}{origin}"):
+        return RunEnvelope(
+            run_key=key,
+            tenant=tenant,
+            job_id=job_id,
+            scheduled_at=scheduled_at,
+            attempt=attempt,
+            epoch=epoch,
+            priority=priority,
+            payload=orjson.Fragment(payload_json),
+            timeout_ms=timeout_ms,
+            handler=handler,
+            target=None if target_json is None else orjson.Fragment(target_json),  # type: ignore[arg-type]
+            origin=origin,
+        ).encode()
+    content = f'"handler":"{handler}"' if target_json is None else f'"target":{target_json}'
+    return (
+        f'{{"v":{RUN_ENVELOPE_VERSION},"run_key":"{key}",'
+        f'"tenant":"{tenant}","job_id":"{job_id}","scheduled_at":{scheduled_at},'
+        f'"attempt":{attempt},"epoch":{epoch},"priority":"{priority}",'
+        f'"payload":{payload_json},"timeout_ms":{timeout_ms},{content},"origin":"{origin}"}}'
+    ).encode()
 
 
 _PRIORITY_SET = frozenset(PRIORITIES)

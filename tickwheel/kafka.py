@@ -19,9 +19,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -440,11 +439,10 @@ class _PartitionOffsets:
         return None if self.next < 0 else self.next
 
 
-@dataclass(frozen=True)
-class Outgoing:
+class Outgoing(NamedTuple):
     """One message to produce: topic, key, value, headers and, if given, the record's
     timestamp (unix ms; else the producer's wall clock stamps it) and its partition (else the
-    producer's partitioner picks one by key)."""
+    producer's partitioner picks one by key). A named tuple: a leader makes one per run."""
 
     topic: str
     value: bytes
@@ -501,22 +499,34 @@ def publish_reports(
 
 
 def publish_confirmed(
-    producer: Producer, messages: Sequence[Outgoing], timeout_s: float = DELIVERY_TIMEOUT_S
+    producer: Producer,
+    messages: Sequence[Outgoing],
+    timeout_s: float = DELIVERY_TIMEOUT_S,
+    distinct_values: bool = False,
 ) -> dict[int, str]:
     """Produce `messages` and wait for the broker's acks; blocking (call it off the loop).
 
     Returns {index: error} of the messages that were not acknowledged (refused, too large, or
     still unacknowledged after `timeout_s`); empty when all landed. A full local queue is
     waited out, never turned into a drop.
+
+    `distinct_values`: no two messages have the same value (run envelopes, each naming its
+    run), so a delivery report is matched to its message by the value it carries, and every
+    message shares one callback instead of one made for it (a leader publishes every run of a
+    hot second).
     """
     failed: dict[int, str] = {}
     acked: set[int] = set()
+    by_value: dict[bytes, str | None] = {}  # distinct_values: value → error (None: acked)
 
     def on_delivery(index: int, err: Any, _msg: Any) -> None:
         if err is None:
             acked.add(index)
         else:
             failed[index] = str(err)
+
+    def on_delivery_of_value(err: Any, msg: Any) -> None:
+        by_value[msg.value() or b""] = None if err is None else str(err)
 
     deadline = time.monotonic() + timeout_s
     for index, out in enumerate(messages):
@@ -527,7 +537,9 @@ def publish_confirmed(
                     key=out.key,
                     value=out.value,
                     headers=out.headers,
-                    on_delivery=partial(on_delivery, index),
+                    on_delivery=(
+                        on_delivery_of_value if distinct_values else partial(on_delivery, index)
+                    ),
                     # 0 is librdkafka's "now, by this host's wall clock"
                     timestamp=out.timestamp_ms or 0,
                     partition=ANY_PARTITION if out.partition is None else out.partition,
@@ -543,7 +555,16 @@ def publish_confirmed(
                 break
         if index % SERVE_EVERY == SERVE_EVERY - 1:
             producer.poll(0)  # serve delivery reports now and then, not per message
-    if producer.flush(max(0.0, deadline - time.monotonic())) == 0:
+    drained = producer.flush(max(0.0, deadline - time.monotonic())) == 0
+    if by_value:  # reports matched by value (rare with ONLY_ERROR_REPORTS: failures only)
+        for index, out in enumerate(messages):
+            if out.value in by_value:
+                error = by_value[out.value]
+                if error is None:
+                    acked.add(index)
+                else:
+                    failed.setdefault(index, error)
+    if drained:
         # The queue drained: every message was acknowledged or reported failed. A producer
         # made with ONLY_ERROR_REPORTS reports failures only, which spares it a delivery
         # report per message (~4 µs of a scheduler's CPU per run).

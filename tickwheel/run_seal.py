@@ -32,17 +32,29 @@ SEAL_BYTES = 16
 _PERSON = b"tickwheel-run"  # domain separation: this key seals run envelopes and nothing else
 
 
-def seal(key: bytes, value: bytes) -> bytes:
-    """The seal of a run message's value under `key`."""
-    return hashlib.blake2b(value, digest_size=SEAL_BYTES, key=key, person=_PERSON).digest()
+class RunSeal:
+    """Seals and opens run messages under one key (the BLAKE2b state keyed once and copied per
+    message: a leader seals, and a worker opens, every run of a hot second)."""
 
+    __slots__ = ("_keyed",)
 
-def opens(key: bytes | None, value: bytes, headers: Sequence[tuple[str, Any]] | None) -> bool:
-    """Whether the message's `seal` header is the seal of `value` under `key` (False without a
-    key, without the header, or with several: a forger's extra header must not choose)."""
-    if key is None or not headers:
-        return False
-    found = [v for k, v in headers if k == SEAL_HEADER]
-    if len(found) != 1 or not isinstance(found[0], bytes):
-        return False
-    return hmac.compare_digest(found[0], seal(key, value))
+    def __init__(self, key: bytes) -> None:
+        if len(key) != KEY_BYTES:
+            raise ValueError(f"a run-seal key has {KEY_BYTES} bytes, not {len(key)}")
+        self._keyed = hashlib.blake2b(digest_size=SEAL_BYTES, key=key, person=_PERSON)
+
+    def seal(self, value: bytes) -> bytes:
+        """The seal of a run message's value."""
+        h = self._keyed.copy()
+        h.update(value)
+        return h.digest()
+
+    def opens(self, value: bytes, headers: Sequence[tuple[str, Any]] | None) -> bool:
+        """Whether the message's `seal` header is the seal of `value` (False without the header,
+        or with several: a forger's extra header must not choose)."""
+        if not headers:
+            return False
+        found = [v for k, v in headers if k == SEAL_HEADER]
+        if len(found) != 1 or not isinstance(found[0], bytes):
+            return False
+        return hmac.compare_digest(found[0], self.seal(value))

@@ -31,7 +31,7 @@ from tickwheel import broken
 from tickwheel.domain import INSTANT_MAX_MS, INSTANT_MIN_MS, PRIORITIES
 from tickwheel.envelopes import EnvelopeError, RunEnvelope
 from tickwheel.kafka import BatchConsumer, ContiguousOffsets
-from tickwheel.run_seal import opens
+from tickwheel.run_seal import RunSeal
 from tickwheel.topics import Topics
 from tickwheel.workers.deliveries import Delivery, Queues
 from tickwheel.workers.metrics import WorkerMetrics
@@ -57,10 +57,10 @@ class Fetcher:
         queues: Queues,
         metrics: WorkerMetrics,
         dead_letter: DeadLetterFn,
-        seal_key: bytes | None = None,
+        run_seal: RunSeal | None = None,
     ) -> None:
         self.topics = topics
-        self.seal_key = seal_key
+        self.run_seal = run_seal
         self.level_of = {topics.runs(p): p for p in PRIORITIES}
         self.queue_cap = queue_cap
         self.offsets = offsets
@@ -114,7 +114,7 @@ class Fetcher:
             placed.append((msg, tp, offset))
         generations = {tp: self.offsets.track_many(tp, offs) for tp, offs in by_tp.items()}
         level_of, queues, decode = self.level_of, self.queues, RunEnvelope.decode
-        key = self.seal_key
+        sealer = self.run_seal
         early = broken.on(broken.OFFSETS_BEFORE_RESULTS)
         for msg, tp, offset in placed:
             generation = generations[tp]
@@ -137,9 +137,9 @@ class Fetcher:
                     else None
                 )
                 sealed = False
-                if key is not None:
+                if sealer is not None:
                     headers = msg.headers()  # a list of (name, value), or None without any
-                    sealed = isinstance(headers, list) and opens(key, raw, headers)
+                    sealed = isinstance(headers, list) and sealer.opens(raw, headers)
                 queues[level].append(
                     Delivery(tp, offset, generation, level, env, published, raw, sealed)
                 )

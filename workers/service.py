@@ -91,6 +91,7 @@ from tickwheel.kafka import (
     ContiguousOffsets,
 )
 from tickwheel.metrics import observe_many
+from tickwheel.run_seal import RunSeal
 from tickwheel.runtime import Process
 from tickwheel.topics import Topics
 from tickwheel.workers import handlers
@@ -132,10 +133,10 @@ class Worker:
         *,
         concurrency: int | None = None,
         metrics: WorkerMetrics | None = None,
-        seal_key: bytes | None = None,
+        run_seal: RunSeal | None = None,
     ) -> None:
-        """`seal_key`: the run-seal key (tickwheel/run_seal.py); None: no delivery counts as
-        sealed, and every claim reads what to run from the job's row."""
+        """`run_seal`: the deployment's run seal (tickwheel/run_seal.py); None: no delivery
+        counts as sealed, and every claim reads what to run from the job's row."""
         self.settings = settings
         self.worker_id = worker_id
         self.concurrency = concurrency or settings.worker_concurrency
@@ -185,7 +186,7 @@ class Worker:
             queues=self.queues,
             metrics=self.metrics,
             dead_letter=self._dead_letter,
-            seal_key=seal_key,
+            run_seal=run_seal,
         )
         self.source = self.fetcher.source
         self.recorder = Recorder(
@@ -499,7 +500,7 @@ def make_worker(
     worker_id: str,
     concurrency: int | None = None,
     metrics: WorkerMetrics | None = None,
-    seal_key: bytes | None = None,
+    run_seal: RunSeal | None = None,
 ) -> Worker:
     from tickwheel.kafka import consumer, producer
 
@@ -528,7 +529,7 @@ def make_worker(
         worker_id,
         concurrency=concurrency,
         metrics=metrics,
-        seal_key=seal_key,
+        run_seal=run_seal,
     )
 
 
@@ -560,7 +561,7 @@ async def serve(
     process = Process("worker")
     metrics.registry.register(PartsCollector(process))
     worker = make_worker(
-        settings, pool, worker_id, concurrency, metrics, seal_key=await db.run_seal_key(pool)
+        settings, pool, worker_id, concurrency, metrics, run_seal=await db.run_seal(pool)
     )
     process.on_close(pool.close)
     worker.start(process)

@@ -16,7 +16,7 @@ import pytest
 from tickwheel.clock import format_ms, now_ms
 from tickwheel.domain import PRIORITIES, run_key
 from tickwheel.envelopes import DeadLetter, RunEnvelope
-from tickwheel.run_seal import opens
+from tickwheel.run_seal import RunSeal
 from tickwheel.sharding import shard_of
 from tickwheel.testing import drain
 
@@ -93,10 +93,9 @@ async def test_cron_and_one_off_fire_on_time_on_their_priority_topics(sched: Sch
     assert high[0][0].payload == {"n": 1}
     (key,) = await sched.fetch("SELECT secret FROM cluster_secrets WHERE name = 'run_seal'")
     messages = drain(sched.stack.kafka, sched.topics.runs("low"), timeout_s=20)
-    assert messages and all(
-        opens(bytes(key["secret"]), m.value() or b"", m.headers()) for m in messages
-    )
-    assert not opens(bytes(32), messages[0].value() or b"", messages[0].headers())
+    sealer = RunSeal(bytes(key["secret"]))
+    assert messages and all(sealer.opens(m.value() or b"", m.headers()) for m in messages)
+    assert not RunSeal(bytes(32)).opens(messages[0].value() or b"", messages[0].headers())
 
 
 async def test_jobs_beyond_the_horizon_are_loaded_as_its_end_moves_on(sched: SchedEnv) -> None:

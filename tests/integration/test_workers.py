@@ -46,7 +46,7 @@ from tickwheel.kafka import admin_client, producer
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.store import RegistryStore
-from tickwheel.run_seal import SEAL_HEADER, seal
+from tickwheel.run_seal import SEAL_HEADER, RunSeal
 from tickwheel.runtime import Process
 from tickwheel.stack import Addresses
 from tickwheel.testing import drain, produce, unique_topics
@@ -169,7 +169,7 @@ def publish(
         value = env.encode()
         headers = list(env.headers())
         if seal_key is not None:
-            headers.append((SEAL_HEADER, seal(seal_key, value)))
+            headers.append((SEAL_HEADER, RunSeal(seal_key).seal(value)))
         topic = topics.runs(env.priority)
         prod.produce(topic, key=env.job_id.encode(), value=value, headers=headers)
     assert prod.flush(30) == 0
@@ -244,7 +244,7 @@ async def running_worker(settings: Settings, concurrency: int = 8) -> AsyncItera
         pool,
         f"w-{uuid.uuid4().hex[:6]}",
         concurrency,
-        seal_key=await db.run_seal_key(pool),
+        run_seal=await db.run_seal(pool),
     )
     process.on_close(pool.close)
     worker.start(process)
@@ -266,11 +266,11 @@ async def seal_key(db_dsn: str) -> bytes:
     """The deployment's run-seal key, as a leader reads it (migration 0013)."""
     conn = await asyncpg.connect(db_dsn)
     try:
-        key = await db.run_seal_key(conn)
+        key = await conn.fetchval("SELECT secret FROM cluster_secrets WHERE name = 'run_seal'")
     finally:
         await conn.close()
     assert key is not None and len(key) == 32
-    return key
+    return bytes(key)
 
 
 @pytest.fixture
@@ -703,7 +703,7 @@ async def test_a_sealed_envelope_runs_its_own_content_and_a_false_seal_the_jobs(
         topics.runs("normal"),
         key=forged.job_id.encode(),
         value=forged.encode(),
-        headers=[*forged.headers(), (SEAL_HEADER, seal(seal_key, sealed_for))],
+        headers=[*forged.headers(), (SEAL_HEADER, RunSeal(seal_key).seal(sealed_for))],
     )
     assert prod.flush(30) == 0
     PAYLOADS.clear()

@@ -19,6 +19,7 @@ from tickwheel.envelopes import (
     Rejection,
     RunEnvelope,
     UnreadableRun,
+    encode_run,
     has_long_digit_run,
     loads_exact,
     parse_run_key,
@@ -356,3 +357,60 @@ def test_a_field_of_the_wrong_json_type_is_an_envelope_error(field: str, value: 
     body[field] = value
     with pytest.raises(EnvelopeError, match=field):
         RunEnvelope.decode(orjson.dumps(body))
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300)
+@given(
+    tenant=st.sampled_from(["acme", "t-1.x", 'q"uote', "back\\slash", "ctl\x01", "ümlaut"]),
+    job_id=st.text(min_size=1, max_size=12),
+    scheduled_at=st.integers(0, 2**53),
+    attempt=st.integers(1, 2**31 - 1),
+    epoch=st.integers(0, 2**63 - 1),
+    payload=_JSON_VALUES,
+    target=st.none() | st.fixed_dictionaries({"url": st.text(max_size=10)}),
+    handler=st.text(max_size=12),
+    origin=st.sampled_from(["schedule", "trigger", "backfill", "replay"]),
+)
+def test_the_leaders_encoding_is_the_envelopes_json(
+    tenant: str,
+    job_id: str,
+    scheduled_at: int,
+    attempt: int,
+    epoch: int,
+    payload: object,
+    target: dict[str, str] | None,
+    handler: str,
+    origin: str,
+) -> None:
+    """encode_run, from JSON texts as Postgres returns them, is the same JSON value as the
+    envelope's own encoding, whatever its strings hold (quotes, backslashes, control
+    characters, non-ASCII)"""
+    key = run_key(tenant, job_id, scheduled_at)
+    payload_json = orjson.dumps(payload).decode()
+    target_json = None if target is None else orjson.dumps(target).decode()
+    fast = encode_run(
+        key, tenant, job_id, scheduled_at, attempt, epoch, "normal", payload_json, 300_000,
+        None if target is not None else handler, target_json, origin,
+    )  # fmt: skip
+    env = RunEnvelope(
+        run_key=key,
+        tenant=tenant,
+        job_id=job_id,
+        scheduled_at=scheduled_at,
+        attempt=attempt,
+        epoch=epoch,
+        priority="normal",
+        payload=payload,
+        timeout_ms=300_000,
+        handler=None if target is not None else handler,
+        target=target,
+        origin=origin,
+    )
+    assert orjson.loads(fast) == orjson.loads(env.encode())
