@@ -164,9 +164,12 @@ class Settings(BaseSettings):
 
     # workers
     worker_concurrency: int = Field(
-        # A batch of claims per round trip: at 16, a 100,000-run burst of no-op runs took
-        # ~6,250 claim statements of 40 µs per run in Postgres; at 64, 20 µs (BENCHMARKS.md).
-        64,
+        # A dispatch claims as many runs as it has slots free, in one statement: at 16, a
+        # 100,000-run burst of no-op runs took ~6,250 claim statements of 40 µs per run in
+        # Postgres; at 64, 20 µs; at 256 the burst completed 5-8 % sooner than at 64 in four
+        # alternating pairs (a claim statement costs ~0.3 ms before its first row, and a worker
+        # claims one batch at a time; BENCHMARKS.md, session 13).
+        256,
         ge=1,
         le=10_000,
         description="runs a worker executes at once (`--concurrency`)",
