@@ -1,7 +1,9 @@
 """Running one claimed run: the job's handler or HTTP target under its timeout, and what the
 attempt came to (`Outcome`).
 
-What runs is the job's content as the claim read it (`workers/store.py`), never an envelope's.
+What runs is the job's content: a sealed envelope's (the leader's claim read it from the job's
+row, tickwheel/run_seal.py), else as the worker's claim read it (`workers/store.py`), never
+what an unsealed envelope carries.
 
     async handler  started at once, inside the dispatch (`begin`): a handler that finishes
                    without waiting on anything — most hot-second handlers do little, or answer

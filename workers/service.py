@@ -30,12 +30,14 @@ A delivery's path, and why a crash at any step loses nothing (I4, I5, I7):
        transaction, and their deliveries are done once it committed: a crash before that
        redelivers them, and their claim decides again.
     3. executed: the job's handler or HTTP target runs with the job's payload under its
-       timeout_ms, as the claim read them from the job's row (the envelope's copy is only
-       compared: a difference is counted and logged, never run); the heartbeat
-       keeps the lease while it runs. A crash here leaves the row `running`; its lease lapses
-       and the scheduler's sweeper re-dispatches it as attempt + 1 (or dead-letters it when
-       the attempts are spent). The message's offset was not stored, so it is redelivered
-       too; its claim then finds attempt + 1 (or a finished row) and skips it.
+       timeout_ms — a sealed envelope's (tickwheel/run_seal.py: a leader built it from the
+       job's row its claim read, and the worker's claim read no row), else as the claim read
+       them from the job's row (the envelope's copy is only compared: a difference is counted
+       and logged, never run); the heartbeat keeps the lease while it runs. A crash here
+       leaves the row `running`; its lease lapses and the scheduler's sweeper re-dispatches
+       it as attempt + 1 (or dead-letters it when the attempts are spent). The message's
+       offset was not stored, so it is redelivered too; its claim then finds attempt + 1 (or
+       a finished row) and skips it.
     4. decided (workers/retry.py): succeeded, retrying with full-jitter backoff, or dead.
     5. for dead runs and unreadable deliveries: the DLQ message is published and its
        delivery confirmed BEFORE anything else. A crash after this and before step 6 leaves

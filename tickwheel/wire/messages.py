@@ -307,13 +307,22 @@ _RUN_KAFKA = _kafka(
     {
         "run_key": {"description": "the run key again, UTF-8"},
         "epoch": {"description": "the epoch again, as decimal digits"},
+        "seal": {
+            "description": (
+                "a shard leader's seal of the value: 16 bytes, keyed BLAKE2b (person"
+                " 'tickwheel-run') under the deployment's run-seal key; absent or not opening:"
+                " the worker runs the job's row, not this content"
+            )
+        },
     },
 )
 
 
 class RunEnvelopeMessage(RootModel[HandlerRun | TargetRun]):
-    """One run, as a shard leader publishes it: it names the run; a worker runs what the job's
-    row holds when it claims it (handler, target, payload and timeout here are a copy)."""
+    """One run, as a shard leader publishes it: it names the run and carries what to run, read
+    from the job's row by the claim that created the run. A worker runs this content when the
+    `seal` header opens under the deployment's key, else what the job's row holds when it
+    claims the run."""
 
     model_config = {"json_schema_extra": _RUN_KAFKA}
 
