@@ -52,7 +52,7 @@ def test_bad_input_exits_2_before_connecting(args: list[str], words: str) -> Non
 @pytest.mark.parametrize(
     ("args", "env", "words"),
     [
-        (["worker"], {"TICKWHEEL_WORKER_HIGH_RESERVED_SLOTS": "64"}, "HIGH_RESERVED_SLOTS (64)"),
+        (["worker"], {"TICKWHEEL_WORKER_HIGH_RESERVED_SLOTS": "256"}, "HIGH_RESERVED_SLOTS (256)"),
         (
             ["worker", "--concurrency", "4"],
             {"TICKWHEEL_WORKER_HIGH_RESERVED_SLOTS": "8"},
