@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import asyncpg
 import orjson
@@ -56,9 +56,10 @@ class Lease:
     adopt: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Dispatch:
-    """A run to publish: its row's key and attempt, and what its envelope carries."""
+class Dispatch(NamedTuple):
+    """A run to publish: its row's key and attempt, and what its envelope carries. A named
+    tuple rather than a frozen dataclass: a leader makes one per run it claims, and a frozen
+    dataclass writes each field through a guarded setattr."""
 
     tenant: str
     job_id: str
@@ -242,29 +243,20 @@ async def claim(conn: Conn, lease: Lease, lease_ms: int, batch: ClaimBatch) -> C
         batch.run_reason if any(batch.run_reason) else None,
         db.flag_list(batch.run_leased),
     )
+    # By position, in claim_due's column order (tenant, job_id, scheduled_at, priority,
+    # handler, target, payload, timeout_ms): a leader reads every row of a hot second.
     jobs: dict[tuple[str, str], asyncpg.Record] = {}
     pending: list[asyncpg.Record] = []
     for row in rows:
-        if row["scheduled_at"] is None:
-            jobs[(row["tenant"], row["job_id"])] = row
+        if row[2] is None:
+            jobs[(row[0], row[1])] = row
         else:
             pending.append(row)
     runs = []
     for row in pending:
-        job = jobs[(row["tenant"], row["job_id"])]
-        runs.append(
-            Dispatch(
-                tenant=row["tenant"],
-                job_id=row["job_id"],
-                scheduled_ms=row["scheduled_at"],
-                attempt=1,
-                priority=job["priority"],
-                handler=job["handler"],
-                target=job["target"],
-                payload=job["payload"],
-                timeout_ms=job["timeout_ms"],
-            )
-        )
+        tenant, job_id = row[0], row[1]
+        job = jobs[(tenant, job_id)]
+        runs.append(Dispatch(tenant, job_id, row[2], 1, job[3], job[4], job[5], job[6], job[7]))
     return Claimed(set(jobs), runs)
 
 
