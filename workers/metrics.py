@@ -46,6 +46,15 @@ class WorkerMetrics:
             ("reason",),
             registry=self.registry,
         )
+        self.claimed = Counter(
+            "tickwheel_worker_claimed",
+            "Runs claimed, by where what ran came from: `sealed` (the envelope, its seal opened:"
+            " tickwheel/run_seal.py) or `job_row` (the job's row, read by the claim). Runs from"
+            " the schedulers count as job_row only while their seal does not open: another"
+            " key, or a worker or scheduler started before migration 0013",
+            ["content"],
+            registry=self.registry,
+        )
         self.envelope_mismatch = Counter(
             "tickwheel_worker_envelope_mismatch",
             "Claimed deliveries whose handler, target, payload or timeout differ from their "

@@ -303,6 +303,7 @@ class Worker:
         unclaimed: list[Delivery] = []
         held: list[Delivery] = []
         lateness: list[float] = []
+        opened = 0  # claimed deliveries whose seal opened: their envelope's content runs
         for d in picked:
             env = d.env
             if refused:
@@ -324,9 +325,14 @@ class Worker:
             del claims[d.run]  # a second delivery of this attempt in the batch is a duplicate
             lateness.append(max(0, claim.started_ms - env.scheduled_at) / 1000)
             self.leased[d.run] = claim.attempt
+            opened += d.sealed
             self._start(d, claim)
         if lateness:
             observe_many(self.metrics.start_lateness, lateness)
+            if opened:
+                self.metrics.claimed.labels("sealed").inc(opened)
+            if opened < len(lateness):
+                self.metrics.claimed.labels("job_row").inc(len(lateness) - opened)
         if held:
             await self._held(held)
         if unclaimed:

@@ -710,6 +710,8 @@ async def test_a_sealed_envelope_runs_its_own_content_and_a_false_seal_the_jobs(
     async with running_worker(worker_settings(stack, db_dsn, topics)) as worker:
         await wait_for(lambda: statuses_are(db_dsn, tenant, "succeeded", 3), 30, "the runs")
         mismatches = worker.metrics.envelope_mismatch._value.get()
+        claimed = {c: worker.metrics.claimed.labels(c)._value.get() for c in ("sealed", "job_row")}
+    assert claimed == {"sealed": 1, "job_row": 2}
     ran = {key.split("/", 1)[1].split("@")[0]: payload for key, payload in PAYLOADS}
     assert ran == {"leader": {"from": "leader"}, "other-key": job_payload, "altered": job_payload}
     assert len(PAYLOADS) == 3
