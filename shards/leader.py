@@ -472,8 +472,10 @@ class ShardLeader:
                     claimed = await store.claim(conn, self.lease, self.cfg.publish_lease_ms, batch)
                 crash_point("scheduler_after_claim")
                 stale: list[tuple[str, str]] = []
-                for entry, next_ms in zip(batch.entries, batch.next_ms, strict=True):
-                    if entry.ids in claimed.jobs:
+                done = claimed.jobs
+                ids_of = zip(batch.tenants, batch.job_ids, strict=True)
+                for entry, ids, next_ms in zip(batch.entries, ids_of, batch.next_ms, strict=True):
+                    if ids in done:
                         self._offer(
                             entry.key,
                             entry.version,
@@ -481,7 +483,7 @@ class ShardLeader:
                             entry,
                         )
                     else:
-                        stale.append(entry.ids)
+                        stale.append(ids)
                 if stale:
                     # Edited, paused, deleted since the wheel learnt of them: read the truth
                     # now rather than wait for the feed (it may be on its way too; versions
@@ -501,7 +503,8 @@ class ShardLeader:
             self.s.window.settle((e.tenant for e in chunk), ())
             await asyncio.sleep(RETRY_BACKOFF_S)
             return
-        self.s.window.settle((e.tenant for e in chunk), (r.tenant for r in claimed.runs))
+        # The batch's tenants, one per entry of the chunk, as the plan cut them from the keys.
+        self.s.window.settle(batch.tenants, (r.tenant for r in claimed.runs))
         m = self.s.metrics
         m.claimed.inc(len(claimed.runs))
         m.skipped.inc(batch.skipped)

@@ -238,8 +238,7 @@ def plan_claims(
     for entry in due:
         expected = entry.next_ms
         rules = entry.rules
-        after = partial(next_fire, cache, entry)
-        following = after(expected)
+        following = next_fire(cache, entry, expected)
         if now_ms - expected <= rules.grace_ms and (following is None or following > now_ms):
             run, skipped, next_ms, span = [expected], [], following, None
         else:
@@ -249,7 +248,7 @@ def plan_claims(
                 rules.max_catchup,
                 expected,
                 now_ms,
-                after,
+                partial(next_fire, cache, entry),
             )
             run, skipped, next_ms, span = (
                 plan.run,
