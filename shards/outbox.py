@@ -3,7 +3,12 @@
 The `job_runs` row is the outbox (I1): a run is published only after the transaction that
 created (or re-leased) its row committed, and a run the broker did not acknowledge stays
 `pending` under its publish lease until the sweeper publishes it again. Publishing blocks on the
-broker's acks, so it runs on a small thread pool, off the event loop.
+broker's acks, so it runs on a small thread pool, off the event loop, and each thread of the
+pool has an idempotent producer of its own: a confirmed publish waits until its producer's queue
+has drained (`flush`), so on a producer shared by every thread it also waited for the runs the
+other threads produced meanwhile — under steady load a publish held its thread for ~14 ms and
+the four threads were always busy, each claim's runs queueing ~150 ms for one (docs/BENCHMARKS.md,
+*Steady load*).
 
 Each record is stamped with the leaders' clock (`dbclock.py`: the database's, never ahead of
 it), not the producing host's wall clock: a worker's claim records the stamp as the run's
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +48,7 @@ from tickwheel.topics import Topics
 log = logging.getLogger("tickwheel.scheduler.outbox")
 
 WARM_UP_TIMEOUT_S = 10.0  # seconds to wait for topic metadata at start
-PUBLISH_THREADS = 4  # shards publishing at once; acks are waited for on these threads
+PUBLISHERS = 4  # shards publishing at once, each with a producer and a thread of its own
 # How long a topic's partition count is trusted before the metadata is read again: partitions
 # an operator adds receive runs from then on.
 PARTITIONS_REFRESH_S = 60.0
@@ -50,22 +56,31 @@ METADATA_TIMEOUT_S = 5.0
 
 
 class Outbox:
-    """One idempotent producer per process, shared by its shard leaders."""
+    """The publishers of a process's shard leaders: one idempotent producer per thread."""
 
     def __init__(
         self,
-        producer: Producer,
+        producers: Sequence[Producer],
         topics: Topics,
         clock_ms: Callable[[], int] | None = None,
         run_seal: RunSeal | None = None,
     ) -> None:
-        """`clock_ms` stamps the records (unix ms); None: the producer's wall clock.
-        `run_seal` seals every run envelope (tickwheel/run_seal.py); None: none is sealed."""
-        self.producer = producer
+        """One thread per producer of `producers` (at least one); a publish takes an idle
+        producer for its whole confirmed publish. `clock_ms` stamps the records (unix ms); None:
+        the producer's wall clock. `run_seal` seals every run envelope (tickwheel/run_seal.py);
+        None: none is sealed."""
+        if not producers:
+            raise ValueError("an outbox needs at least one producer")
+        self.producers = list(producers)
+        self.producer = self.producers[0]  # metadata reads
         self.topics = topics
         self.clock_ms = clock_ms
         self.run_seal = run_seal
-        self._threads = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="publish")
+        self._threads = ThreadPoolExecutor(len(self.producers), thread_name_prefix="publish")
+        # As many producers as threads: a thread always finds one idle here.
+        self._idle: queue.SimpleQueue[Producer] = queue.SimpleQueue()
+        for p in self.producers:
+            self._idle.put(p)
         self._partitions: dict[str, tuple[int, float]] = {}  # topic: (count, read at, monotonic)
 
     async def warm_up(self, timeout_s: float = WARM_UP_TIMEOUT_S) -> None:
@@ -73,13 +88,17 @@ class Outbox:
         first produce to a topic otherwise waits for its metadata: seconds of dispatch lag)."""
         loop = asyncio.get_running_loop()
         for topic in [*(self.topics.runs(p) for p in PRIORITIES), self.topics.dlq]:
-            await loop.run_in_executor(
-                self._threads, partial(self._read_partitions, topic, timeout_s)
-            )
+            for p in self.producers:  # each producer learns the topic's leaders
+                await loop.run_in_executor(
+                    self._threads, partial(self._read_partitions, topic, timeout_s, p)
+                )
 
-    def _read_partitions(self, topic: str, timeout_s: float) -> int | None:
+    def _read_partitions(
+        self, topic: str, timeout_s: float, producer: Producer | None = None
+    ) -> int | None:
         """The topic's partition count from the broker's metadata (None: not known)."""
-        topic_md = self.producer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        source = self.producer if producer is None else producer
+        topic_md = source.list_topics(topic, timeout=timeout_s).topics.get(topic)
         if topic_md is None or topic_md.error is not None or not topic_md.partitions:
             return None
         count = len(topic_md.partitions)
@@ -138,7 +157,7 @@ class Outbox:
                 Outgoing(found[0], value, run.job_id, headers, stamp, found[1])  # type: ignore[arg-type]
             )
         # Each envelope names its run: no two values are equal.
-        failed = publish_confirmed(self.producer, messages, distinct_values=True)
+        failed = self._confirmed(messages)
         if failed:
             log.warning(
                 "%d of %d runs not acknowledged; the sweeper publishes them again",
@@ -159,11 +178,23 @@ class Outbox:
         if not dead:
             return
         loop = asyncio.get_running_loop()
-        failed = await loop.run_in_executor(
-            self._threads, publish_reports, self.producer, dead, self._letter
-        )
+        failed = await loop.run_in_executor(self._threads, self._reports, dead)
         if failed:
             raise PublishError(failed)
+
+    def _confirmed(self, messages: Sequence[Outgoing]) -> dict[int, str]:
+        producer = self._idle.get_nowait()
+        try:
+            return publish_confirmed(producer, messages, distinct_values=True)
+        finally:
+            self._idle.put(producer)
+
+    def _reports(self, dead: Sequence[Dead]) -> dict[int, str]:
+        producer = self._idle.get_nowait()
+        try:
+            return publish_reports(producer, dead, self._letter)
+        finally:
+            self._idle.put(producer)
 
     def _letter(self, item: Dead, max_bytes: int) -> Outgoing:
         """A dead letter fitted to one message of `max_bytes`."""
@@ -182,4 +213,5 @@ class Outbox:
 
     def close(self) -> None:
         self._threads.shutdown(wait=True)
-        self.producer.flush(5)
+        for p in self.producers:
+            p.flush(5)

@@ -40,7 +40,7 @@ from tickwheel.shards.election import Election
 from tickwheel.shards.feed import ChangeFeed
 from tickwheel.shards.leader import LeaderConfig, ShardLeader, Shared
 from tickwheel.shards.metrics import SchedulerMetrics
-from tickwheel.shards.outbox import Outbox
+from tickwheel.shards.outbox import PUBLISHERS, Outbox
 from tickwheel.shards.window import DispatchWindow
 from tickwheel.topics import Topics
 
@@ -112,12 +112,12 @@ class Scheduler:
             reset_sessions=False,
         )
         clock = DbClock()  # synced below, before any leader publishes
+        client = f"scheduler-{uuid.uuid4().hex[:8]}"
         self._outbox = Outbox(
-            producer(
-                s.effective_kafka,
-                **{"client.id": f"scheduler-{uuid.uuid4().hex[:8]}"},
-                **ONLY_ERROR_REPORTS,
-            ),
+            [
+                producer(s.effective_kafka, **{"client.id": f"{client}-{i}"}, **ONLY_ERROR_REPORTS)
+                for i in range(PUBLISHERS)
+            ],
             Topics(s.topic_prefix),
             clock.now_ms,
             run_seal=await db.run_seal(self._pool),

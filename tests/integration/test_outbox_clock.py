@@ -26,7 +26,7 @@ async def test_envelopes_and_dead_letters_are_stamped_by_the_leaders_clock(
     """with the leaders' clock 45 s behind this host's, a published envelope and a dead letter
     both carry the leaders' instant as their Kafka timestamp"""
     leaders_ms = now_ms() - 45_000
-    outbox = Outbox(producer(stack.kafka), topics, lambda: leaders_ms)
+    outbox = Outbox([producer(stack.kafka)], topics, lambda: leaders_ms)
     run = Dispatch("t", "j", leaders_ms, 1, Priority.NORMAL, "h", None, "{}", 1000)
     try:
         acked = await outbox.publish([run], epoch=3, shard=0)

@@ -36,7 +36,7 @@ async def test_runs_go_to_their_shards_partition_keyed_by_job_id(
 ) -> None:
     """six shards' runs on a topic of two partitions: every message on partition shard % 2,
     keyed by its job id, both runs of a job on the same partition"""
-    outbox = Outbox(producer(stack.kafka), topics)
+    outbox = Outbox([producer(stack.kafka)], topics)
     at = now_ms()
     try:
         await outbox.warm_up()
@@ -62,7 +62,7 @@ async def test_partitions_added_to_a_run_topic_receive_runs_after_the_count_is_r
     """shard 2 publishes to partition 0 of two; after the topic grows to three partitions and
     the count is read again, it publishes to partition 2"""
     topic = topics.runs(Priority.NORMAL)
-    outbox = Outbox(producer(stack.kafka), topics)
+    outbox = Outbox([producer(stack.kafka)], topics)
     at = now_ms()
     try:
         await outbox.warm_up()
