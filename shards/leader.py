@@ -465,11 +465,11 @@ class ShardLeader:
         assert self.lease is not None
         try:
             async with self.s.pool.acquire() as conn:
-                async with store.fenced(conn, self.lease):
-                    keys = [e.ids for e in chunk if e.overlap_policy != OverlapPolicy.ALLOW]
-                    counts = await store.in_flight(conn, keys) if keys else None
-                    batch = plan_claims(chunk, now, self.s.cache, counts)
-                    claimed = await store.claim(conn, self.lease, self.cfg.publish_lease_ms, batch)
+                keys = [e.ids for e in chunk if e.overlap_policy != OverlapPolicy.ALLOW]
+                counts = await store.in_flight(conn, keys) if keys else None
+                batch = plan_claims(chunk, now, self.s.cache, counts)
+                # One statement, fenced by itself (store.claim).
+                claimed = await store.claim(conn, self.lease, self.cfg.publish_lease_ms, batch)
                 crash_point("scheduler_after_claim")
                 stale: list[tuple[str, str]] = []
                 done = claimed.jobs

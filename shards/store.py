@@ -3,7 +3,8 @@
 Every write runs inside `fenced(...)`: a transaction whose first statement share-locks the
 shard's `shard_leaders` row and checks that its epoch and owner are still the caller's (I2). A
 takeover bumps the epoch under that row's lock, so a leader that was paused past its ZooKeeper
-session and resumes finds another epoch there and writes nothing (`FencedOut`).
+session and resumes finds another epoch there and writes nothing (`FencedOut`). The claim,
+a leader's most frequent write, is one statement that fences itself the same way (`claim`).
 """
 
 from __future__ import annotations
@@ -168,12 +169,20 @@ async def fenced(conn: Conn, lease: Lease) -> AsyncIterator[Conn]:
     """A transaction that holds the shard's row share-locked and is ours, or FencedOut."""
     async with conn.transaction():
         row = await conn.fetchrow(QUERIES["shard_fence"], lease.shard)
-        if not broken.on(broken.EPOCH_FENCE) and (
-            row is None or row["epoch"] != lease.epoch or row["owner"] != lease.owner
-        ):
-            found = None if row is None else (row["epoch"], row["owner"])
+        found = None if row is None else (row["epoch"], row["owner"])
+        if found != await _fence(conn, lease):
             raise FencedOut(lease.shard, lease.epoch, found)
         yield conn
+
+
+async def _fence(conn: Conn, lease: Lease) -> tuple[int, str | None]:
+    """The epoch and owner a leader's write must find in its shard's row: its lease's. (The
+    broken build `epoch_fence` reads them from the row instead, so that every write goes on.)"""
+    if broken.on(broken.EPOCH_FENCE):
+        row = await conn.fetchrow(QUERIES["shard_fence"], lease.shard)
+        if row is not None:
+            return row["epoch"], row["owner"]
+    return lease.epoch, lease.owner
 
 
 async def horizon(conn: Conn, shard: int, until_ms: int) -> tuple[list[JobEntry], list[RetryEntry]]:
@@ -225,7 +234,10 @@ class Claimed:
 
 
 async def claim(conn: Conn, lease: Lease, lease_ms: int, batch: ClaimBatch) -> Claimed:
-    """The claim statement (inside `fenced`): advance the jobs, insert the planned run rows."""
+    """The claim statement, fenced by itself (I2; outside a transaction: it is one): advance
+    the jobs, insert the planned run rows — or, when the shard's row no longer holds `lease`,
+    write nothing and raise FencedOut."""
+    fence = await _fence(conn, lease)
     rows = await conn.fetch(
         QUERIES["claim_due"],
         lease.shard,
@@ -242,12 +254,15 @@ async def claim(conn: Conn, lease: Lease, lease_ms: int, batch: ClaimBatch) -> C
         db.id_list(batch.run_status),
         batch.run_reason if any(batch.run_reason) else None,
         db.flag_list(batch.run_leased),
+        *fence,
     )
     # By position, in claim_due's column order (tenant, job_id, scheduled_at, priority,
     # handler, target, payload, timeout_ms): a leader reads every row of a hot second.
     jobs: dict[tuple[str, str], asyncpg.Record] = {}
     pending: list[asyncpg.Record] = []
     for row in rows:
+        if row[0] is None:  # the fence failed: the shard's owner and epoch, nothing written
+            raise FencedOut(lease.shard, lease.epoch, None if row[2] is None else (row[2], row[1]))
         if row[2] is None:
             jobs[(row[0], row[1])] = row
         else:

@@ -8,9 +8,11 @@ Unset — always, outside `tests/integration/test_chaos_broken.py` — every hoo
 empty set. Nothing here imports anything of tickwheel, so any module may hold a hook.
 
     variant                 hook                                  what it breaks
-    epoch_fence             shards/store.py `fenced`              a leader's transaction goes on
-                                                                  whatever epoch and owner the
-                                                                  shard's row holds (I2)
+    epoch_fence             shards/store.py `fenced`, `claim`     a leader's transaction (and
+                                                                  its claim statement, fenced by
+                                                                  itself) goes on whatever epoch
+                                                                  and owner the shard's row
+                                                                  holds (I2)
     offsets_before_results  workers/fetch.py `_receive`           a delivery's offset is marked
                                                                   done when it arrives, before
                                                                   its claim, its execution and
