@@ -5,6 +5,8 @@ takeover committed before the claim began or while the claim waited for the row'
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import asyncpg
 import pytest
@@ -20,6 +22,7 @@ from .conftest import TEST_SHARDS, SchedEnv
 pytestmark = pytest.mark.integration
 
 JOB = "fenced-one-off"
+T = TypeVar("T")
 
 
 async def _lease_and_batch(
@@ -34,6 +37,14 @@ async def _lease_and_batch(
     mine = [e for e in entries if e.key.endswith(JOB)]
     assert len(mine) == 1
     return lease, plan_claims(mine, now_ms(), ScheduleCache())
+
+
+async def _waiting(call: Coroutine[Any, Any, T], what: str) -> asyncio.Future[T]:
+    """`call` started and, half a second on, still waiting for a lock."""
+    started = asyncio.ensure_future(call)
+    await asyncio.sleep(0.5)
+    assert not started.done(), f"{what} did not wait for the shard's row"
+    return started
 
 
 async def _untouched(sched: SchedEnv) -> None:
@@ -64,11 +75,13 @@ async def test_a_claim_after_a_takeover_writes_nothing_and_raises_fenced_out(
         await conn.close()
 
 
-async def test_a_claim_waiting_for_a_takeover_in_flight_writes_nothing_once_it_commits(
-    sched: SchedEnv,
+@pytest.mark.parametrize("takeover_ends", ["commit", "rollback"])
+async def test_a_claim_waiting_for_a_takeover_in_flight_follows_its_outcome(
+    sched: SchedEnv, takeover_ends: str
 ) -> None:
-    """a takeover holds the shard's row, uncommitted: `a`'s claim waits for it; when it commits
-    the claim re-reads the row, finds another epoch and writes nothing"""
+    """a takeover holds the shard's row, uncommitted: `a`'s claim waits for it. If the takeover
+    commits, the claim re-reads the row, finds another epoch and writes nothing; if it rolls
+    back, the row still holds `a`, whose claim commits"""
     conn = await asyncpg.connect(sched.dsn)
     other = await asyncpg.connect(sched.dsn)
     try:
@@ -79,38 +92,18 @@ async def test_a_claim_waiting_for_a_takeover_in_flight_writes_nothing_once_it_c
             "UPDATE shard_leaders SET epoch = epoch + 1, owner = 'b' WHERE shard_id = $1",
             lease.shard,
         )
-        claim = asyncio.ensure_future(store.claim(conn, lease, 30_000, batch))
-        await asyncio.sleep(0.5)
-        assert not claim.done(), "the claim did not wait for the takeover holding the row"
-        await takeover.commit()
-        with pytest.raises(store.FencedOut):
-            await claim
-        await _untouched(sched)
-    finally:
-        await other.close()
-        await conn.close()
-
-
-async def test_a_claim_waiting_for_a_takeover_that_rolls_back_commits(sched: SchedEnv) -> None:
-    """the same wait, but the takeover rolls back: the row still holds `a`, whose claim commits"""
-    conn = await asyncpg.connect(sched.dsn)
-    other = await asyncpg.connect(sched.dsn)
-    try:
-        lease, batch = await _lease_and_batch(sched, conn)
-        takeover = other.transaction()
-        await takeover.start()
-        await other.execute(
-            "UPDATE shard_leaders SET epoch = epoch + 1, owner = 'b' WHERE shard_id = $1",
-            lease.shard,
-        )
-        claim = asyncio.ensure_future(store.claim(conn, lease, 30_000, batch))
-        await asyncio.sleep(0.5)
-        assert not claim.done()
-        await takeover.rollback()
-        claimed = await claim
-        assert [r.job_id for r in claimed.runs] == [JOB]
-        (run,) = await sched.runs()
-        assert run["epoch"] == lease.epoch
+        claim = await _waiting(store.claim(conn, lease, 30_000, batch), "the claim")
+        if takeover_ends == "commit":
+            await takeover.commit()
+            with pytest.raises(store.FencedOut):
+                await claim
+            await _untouched(sched)
+        else:
+            await takeover.rollback()
+            claimed = await claim
+            assert [r.job_id for r in claimed.runs] == [JOB]
+            (run,) = await sched.runs()
+            assert run["epoch"] == lease.epoch
     finally:
         await other.close()
         await conn.close()
@@ -128,9 +121,7 @@ async def test_a_takeover_waits_for_a_claim_in_a_transaction_and_adopts_its_runs
         tx = conn.transaction()
         await tx.start()
         await store.claim(conn, lease, 30_000, batch)
-        takeover = asyncio.ensure_future(store.take_over(other, lease.shard, "b"))
-        await asyncio.sleep(0.5)
-        assert not takeover.done(), "the takeover did not wait for the claim's share lock"
+        takeover = await _waiting(store.take_over(other, lease.shard, "b"), "the takeover")
         await tx.commit()
         successor = await takeover
         assert successor.epoch > lease.epoch and successor.adopt
