@@ -5,7 +5,7 @@ busy cores, so `pg_stat_statements` there counts time spent waiting for a core t
 harness runs them apart, through the code that runs them in production, on N one-off jobs
 due at one instant in a scratch database of the dev stack:
 
-    claim      the leader's claim (`shards/store.py` `claim` inside `fenced`, planned by
+    claim      the leader's claim (`shards/store.py` `claim`, fenced by itself, planned by
                `plan_claims`), one shard after another, `--claim` jobs per statement (344:
                what a claim took in a hot second under the dispatch window, session 10)
     start      the worker's claim (`RunStore.claim`, the workers' session settings),
