@@ -32,8 +32,9 @@ import asyncio
 import logging
 import queue
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import partial
 
 from confluent_kafka import KafkaException, Producer
@@ -182,19 +183,22 @@ class Outbox:
         if failed:
             raise PublishError(failed)
 
-    def _confirmed(self, messages: Sequence[Outgoing]) -> dict[int, str]:
+    @contextmanager
+    def _borrowed(self) -> Iterator[Producer]:
+        """An idle producer for one confirmed publish (on a pool thread: one is always idle)."""
         producer = self._idle.get_nowait()
         try:
-            return publish_confirmed(producer, messages, distinct_values=True)
+            yield producer
         finally:
             self._idle.put(producer)
 
+    def _confirmed(self, messages: Sequence[Outgoing]) -> dict[int, str]:
+        with self._borrowed() as producer:
+            return publish_confirmed(producer, messages, distinct_values=True)
+
     def _reports(self, dead: Sequence[Dead]) -> dict[int, str]:
-        producer = self._idle.get_nowait()
-        try:
+        with self._borrowed() as producer:
             return publish_reports(producer, dead, self._letter)
-        finally:
-            self._idle.put(producer)
 
     def _letter(self, item: Dead, max_bytes: int) -> Outgoing:
         """A dead letter fitted to one message of `max_bytes`."""

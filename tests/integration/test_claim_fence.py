@@ -5,7 +5,7 @@ takeover committed before the claim began or while the claim waited for the row'
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 import asyncpg
@@ -23,6 +23,18 @@ pytestmark = pytest.mark.integration
 
 JOB = "fenced-one-off"
 T = TypeVar("T")
+
+
+@pytest.fixture
+async def sessions(sched: SchedEnv) -> AsyncIterator[tuple[asyncpg.Connection, asyncpg.Connection]]:
+    """Two sessions of the deployment's database: the claiming leader's and another."""
+    conn = await asyncpg.connect(sched.dsn)
+    other = await asyncpg.connect(sched.dsn)
+    try:
+        yield conn, other
+    finally:
+        await other.close()
+        await conn.close()
 
 
 async def _lease_and_batch(
@@ -56,77 +68,66 @@ async def _untouched(sched: SchedEnv) -> None:
 
 
 async def test_a_claim_after_a_takeover_writes_nothing_and_raises_fenced_out(
-    sched: SchedEnv,
+    sched: SchedEnv, sessions: tuple[asyncpg.Connection, asyncpg.Connection]
 ) -> None:
     """`a` claims after `b` took the shard over: FencedOut naming b's epoch, no run row, the
     job not advanced; `b`'s claim of the same entry then commits under its own epoch"""
-    conn = await asyncpg.connect(sched.dsn)
-    try:
-        lease, batch = await _lease_and_batch(sched, conn)
-        successor = await store.take_over(conn, lease.shard, "b")
-        with pytest.raises(store.FencedOut, match=f"now \\({successor.epoch}, 'b'\\)"):
-            await store.claim(conn, lease, 30_000, batch)
-        await _untouched(sched)
-        claimed = await store.claim(conn, successor, 30_000, batch)
-        assert [r.job_id for r in claimed.runs] == [JOB]
-        (run,) = await sched.runs()
-        assert (run["status"], run["epoch"]) == ("pending", successor.epoch)
-    finally:
-        await conn.close()
+    conn, _ = sessions
+    lease, batch = await _lease_and_batch(sched, conn)
+    successor = await store.take_over(conn, lease.shard, "b")
+    with pytest.raises(store.FencedOut, match=f"now \\({successor.epoch}, 'b'\\)"):
+        await store.claim(conn, lease, 30_000, batch)
+    await _untouched(sched)
+    claimed = await store.claim(conn, successor, 30_000, batch)
+    assert [r.job_id for r in claimed.runs] == [JOB]
+    (run,) = await sched.runs()
+    assert (run["status"], run["epoch"]) == ("pending", successor.epoch)
 
 
 @pytest.mark.parametrize("takeover_ends", ["commit", "rollback"])
 async def test_a_claim_waiting_for_a_takeover_in_flight_follows_its_outcome(
-    sched: SchedEnv, takeover_ends: str
+    sched: SchedEnv,
+    sessions: tuple[asyncpg.Connection, asyncpg.Connection],
+    takeover_ends: str,
 ) -> None:
     """a takeover holds the shard's row, uncommitted: `a`'s claim waits for it. If the takeover
     commits, the claim re-reads the row, finds another epoch and writes nothing; if it rolls
     back, the row still holds `a`, whose claim commits"""
-    conn = await asyncpg.connect(sched.dsn)
-    other = await asyncpg.connect(sched.dsn)
-    try:
-        lease, batch = await _lease_and_batch(sched, conn)
-        takeover = other.transaction()
-        await takeover.start()
-        await other.execute(
-            "UPDATE shard_leaders SET epoch = epoch + 1, owner = 'b' WHERE shard_id = $1",
-            lease.shard,
-        )
-        claim = await _waiting(store.claim(conn, lease, 30_000, batch), "the claim")
-        if takeover_ends == "commit":
-            await takeover.commit()
-            with pytest.raises(store.FencedOut):
-                await claim
-            await _untouched(sched)
-        else:
-            await takeover.rollback()
-            claimed = await claim
-            assert [r.job_id for r in claimed.runs] == [JOB]
-            (run,) = await sched.runs()
-            assert run["epoch"] == lease.epoch
-    finally:
-        await other.close()
-        await conn.close()
+    conn, other = sessions
+    lease, batch = await _lease_and_batch(sched, conn)
+    takeover = other.transaction()
+    await takeover.start()
+    await other.execute(
+        "UPDATE shard_leaders SET epoch = epoch + 1, owner = 'b' WHERE shard_id = $1",
+        lease.shard,
+    )
+    claim = await _waiting(store.claim(conn, lease, 30_000, batch), "the claim")
+    if takeover_ends == "commit":
+        await takeover.commit()
+        with pytest.raises(store.FencedOut):
+            await claim
+        await _untouched(sched)
+    else:
+        await takeover.rollback()
+        claimed = await claim
+        assert [r.job_id for r in claimed.runs] == [JOB]
+        (run,) = await sched.runs()
+        assert run["epoch"] == lease.epoch
 
 
 async def test_a_takeover_waits_for_a_claim_in_a_transaction_and_adopts_its_runs(
-    sched: SchedEnv,
+    sched: SchedEnv, sessions: tuple[asyncpg.Connection, asyncpg.Connection]
 ) -> None:
     """the claim holds the shard's row until its commit: a takeover started meanwhile waits,
     and its epoch comes after the run the claim created (which it adopts as stale)"""
-    conn = await asyncpg.connect(sched.dsn)
-    other = await asyncpg.connect(sched.dsn)
-    try:
-        lease, batch = await _lease_and_batch(sched, conn)
-        tx = conn.transaction()
-        await tx.start()
-        await store.claim(conn, lease, 30_000, batch)
-        takeover = await _waiting(store.take_over(other, lease.shard, "b"), "the takeover")
-        await tx.commit()
-        successor = await takeover
-        assert successor.epoch > lease.epoch and successor.adopt
-        (run,) = await sched.runs()
-        assert run["epoch"] == lease.epoch
-    finally:
-        await other.close()
-        await conn.close()
+    conn, other = sessions
+    lease, batch = await _lease_and_batch(sched, conn)
+    tx = conn.transaction()
+    await tx.start()
+    await store.claim(conn, lease, 30_000, batch)
+    takeover = await _waiting(store.take_over(other, lease.shard, "b"), "the takeover")
+    await tx.commit()
+    successor = await takeover
+    assert successor.epoch > lease.epoch and successor.adopt
+    (run,) = await sched.runs()
+    assert run["epoch"] == lease.epoch
