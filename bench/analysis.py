@@ -192,6 +192,47 @@ class Lateness:
     started: Spread
     published_p999_s: float
     started_p999_s: float
+    # When in the run the lateness was: one slice per SLICE_S seconds of scheduled instants.
+    slices: list[LateSlice] = field(default_factory=list)
+
+
+SLICE_S = 10
+
+
+@dataclass(frozen=True)
+class LateSlice:
+    """The runs scheduled in one slice of a steady run, from `start_ms` (unix ms) for SLICE_S
+    seconds: how many, and their claim and publish lateness (seconds; inf: one never was)."""
+
+    start_ms: int
+    runs: int
+    claim_max_s: float
+    publish_p99_s: float
+    publish_max_s: float
+
+
+def late_slices(
+    scheduled_ms: Sequence[int], claim_s: Sequence[float], publish_s: Sequence[float | None]
+) -> list[LateSlice]:
+    """Runs grouped by the SLICE_S-second slice of their scheduled instant (from the first),
+    with each slice's lateness: where a tail sits in time, to set beside the logs."""
+    if not scheduled_ms:
+        return []
+    first = min(scheduled_ms)
+    width = int(SLICE_S * MS_PER_S)
+    groups: dict[int, tuple[list[float], list[float]]] = {}
+    for at, claim, pub in zip(scheduled_ms, claim_s, publish_s, strict=True):
+        claims, pubs = groups.setdefault((at - first) // width, ([], []))
+        claims.append(claim)
+        pubs.append(math.inf if pub is None else pub)
+    slices = []
+    for index in sorted(groups):
+        claims, pubs = groups[index]
+        pubs.sort()
+        slices.append(
+            LateSlice(first + index * width, len(pubs), max(claims), percentile(pubs, 99), pubs[-1])
+        )
+    return slices
 
 
 def lateness(
@@ -212,8 +253,19 @@ def lateness(
         padded = sorted(values) + [math.inf] * (len(wanted) - len(values))
         return percentile(padded, 99.9) if padded else math.inf
 
+    pub_or_none = [
+        (p - r.scheduled_ms) / MS_PER_S if p else None
+        for r, p in zip(mine, publish_ms, strict=True)
+    ]
+    slices = late_slices([r.scheduled_ms for r in mine], claim, pub_or_none)
     return Lateness(
-        len(wanted), Spread.of(claim, len(wanted)), published, started, p999(pub), p999(start)
+        len(wanted),
+        Spread.of(claim, len(wanted)),
+        published,
+        started,
+        p999(pub),
+        p999(start),
+        slices,
     )
 
 

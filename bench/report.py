@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from tickwheel.bench.analysis import (
+    SLICE_S,
     BurstSummary,
     Lateness,
     RunRecord,
@@ -25,6 +26,7 @@ from tickwheel.bench.analysis import (
     published_instants,
     tenant_of,
 )
+from tickwheel.clock import format_ms
 
 PLAIN_EVERY_S = 5.0  # without a terminal, a progress line every this many seconds
 
@@ -203,6 +205,18 @@ def lateness_json(late: Lateness) -> dict[str, Any]:
         "start_lateness_p99_s": finite(late.started.p99_s),
         "start_lateness_p999_s": finite(late.started_p999_s),
         "start_lateness_max_s": finite(late.started.max_s),
+        # Each slice's first scheduled instant as UTC text, to find it in the services' logs.
+        "slices_s": SLICE_S,
+        "slices": [
+            {
+                "start": format_ms(s.start_ms),
+                "runs": s.runs,
+                "claim_max_s": finite(s.claim_max_s),
+                "publish_p99_s": finite(s.publish_p99_s),
+                "publish_max_s": finite(s.publish_max_s),
+            }
+            for s in late.slices
+        ],
     }
 
 
@@ -218,6 +232,20 @@ def lateness_table(result: dict[str, Any]) -> str:
             f"{_s(result[f'{name}_lateness_p99_s'])} | "
             f"{_s(result.get(f'{name}_lateness_p999_s'))} | "
             f"{_s(result[f'{name}_lateness_max_s'])} |"
+        )
+    worst = sorted(
+        result.get("slices", []),
+        key=lambda s: math.inf if s["publish_max_s"] is None else s["publish_max_s"],
+        reverse=True,
+    )[:3]
+    if worst:
+        lines.append(
+            f"latest {SLICE_S}-s slices (scheduled from; publish max / p99, claim max): "
+            + "; ".join(
+                f"{s['start']} {_s(s['publish_max_s'])} / {_s(s['publish_p99_s'])}, "
+                f"{_s(s['claim_max_s'])} s"
+                for s in worst
+            )
         )
     return "\n".join(lines)
 

@@ -25,10 +25,12 @@ context. Nothing is asserted; every phase checks that it wrote every run. A vari
 measured beside the current code, alternating round by round: `--variant NAME=FILE` runs the
 named statement of tickwheel/sql/*.sql as FILE has it, `--variant-setup FILE` runs FILE's SQL
 on the variant's database once it is migrated (a schema candidate: an index dropped, a
-storage setting).
+storage setting), and `--setup FILE` runs FILE's SQL on every round's database first (a state
+both sides share: a month of day partitions, as a deployment keeping 30 days of runs holds).
 
     .venv/bin/python -m tickwheel.bench.components.statements [--jobs 100000] [--rounds 3] \
         [--variant claim_due=/tmp/claim.sql] [--variant-setup /tmp/schema.sql] \
+        [--setup /tmp/month.sql] \
         [--json docs/results/statements.json]
 """
 
@@ -228,15 +230,22 @@ async def _floor(dsn: str, jobs: int, admin: asyncpg.Pool) -> list[Phase]:
 
 
 async def _round(
-    dsn: str, jobs: int, claim: int, start: int, result: int, setup: str | None, sealed: bool
+    dsn: str,
+    jobs: int,
+    claim: int,
+    start: int,
+    result: int,
+    setups: list[str],
+    sealed: bool,
 ) -> list[Phase]:
-    """One database (`setup` run on it once migrated): register, then the phases in turn."""
+    """One database (`setups` run on it in turn once migrated): register, then the phases."""
     async with scratch_database_async(dsn, "statements") as database:
         await migrate(database.dsn)
-        if setup is not None:
+        if setups:
             conn = await asyncpg.connect(database.dsn)
             try:
-                await conn.execute(setup)
+                for setup in setups:
+                    await conn.execute(setup)
             finally:
                 await conn.close()
         admin = await db.create_pool(database.dsn, min_size=1, max_size=2)
@@ -318,6 +327,7 @@ def main() -> None:
     )
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=FILE")
     parser.add_argument("--variant-setup", type=str, default=None, metavar="FILE")
+    parser.add_argument("--setup", type=str, default=None, metavar="FILE")
     parser.add_argument("--json", type=str, default=None)
     args = parser.parse_args()
     dsn = load_settings().effective_dsn
@@ -329,6 +339,10 @@ def main() -> None:
     if args.variant_setup is not None:
         with open(args.variant_setup) as f:
             setup = f.read()
+    shared: list[str] = []
+    if args.setup is not None:
+        with open(args.setup) as f:
+            shared.append(f.read())
     labels = ["current", "variant"] if variants or setup is not None else ["current"]
     rounds: list[tuple[str, list[Phase]]] = []
     for _ in range(args.rounds):
@@ -341,7 +355,7 @@ def main() -> None:
                     args.claim,
                     args.start,
                     args.result,
-                    setup if label == "variant" else None,
+                    shared + ([setup] if label == "variant" and setup is not None else []),
                     not args.unsealed,
                 )
             )
@@ -355,6 +369,7 @@ def main() -> None:
             "start_claim": "unsealed" if args.unsealed else "sealed",
             "variants": args.variant,
             "variant_setup": args.variant_setup,
+            "setup": args.setup,
             "rounds": [
                 {"label": label, "phases": [asdict(p) for p in phases]} for label, phases in rounds
             ],

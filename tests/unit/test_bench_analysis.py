@@ -125,6 +125,23 @@ def test_lateness_is_against_each_runs_own_instant() -> None:
     assert late.published_p999_s == 0.5
 
 
+def test_lateness_slices_place_the_tail_in_time() -> None:
+    """steady load: runs grouped by 10-s slices of their scheduled instant, each slice's own
+    claim max and publish p99/max; a run never published makes its slice infinite"""
+    records = [
+        RunRecord(f"bench/j{i}@{T0 + 1000 * i}", T0 + 1000 * i, T0 + 1000 * i + 10 * i,
+                  None if i == 25 else T0 + 1000 * i + (3000 if i == 14 else 100),
+                  None, None, "pending", 1)
+        for i in range(30)
+    ]  # fmt: skip
+    late = lateness([r.run_key for r in records], records)
+    assert [(s.start_ms - T0, s.runs) for s in late.slices] == [(0, 10), (10_000, 10), (20_000, 10)]
+    first, second, third = late.slices
+    assert (first.claim_max_s, first.publish_max_s) == (0.09, 0.1)
+    assert (second.claim_max_s, second.publish_p99_s, second.publish_max_s) == (0.19, 3.0, 3.0)
+    assert third.publish_max_s == math.inf and third.claim_max_s == 0.29
+
+
 def test_due_instants_and_run_keys_of_a_spread_burst() -> None:
     """jobs spread over [T0, T0 + spread): evenly, the first at T0, run keys from job ids"""
     dues = due_instants(4, T0, 1000)
