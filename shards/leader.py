@@ -322,24 +322,61 @@ class ShardLeader:
     # --- the wheel ------------------------------------------------------------------------
 
     async def _load(self, conn: store.Conn) -> None:
-        """(Re)load the horizon: active jobs and retrying runs due before now + horizon."""
-        await self.s.clock.sync(conn)
-        until = max(self.horizon_end_ms, self.s.clock.now_ms() + self.cfg.horizon_ms)
-        # The end moves before the read: a row the change feed applies while the read is in
-        # flight (newer than the read's snapshot) then lands in the wheel, not in `known` for
-        # good; between the two rows of one job, versions decide (`_offer`).
-        self.horizon_end_ms = until
+        """Load the horizon at takeover: active jobs and retrying runs due before now +
+        horizon."""
+        until = await self._move_end(conn)
         jobs, retries = await store.horizon(conn, self.shard, until)
         for entry in jobs:
             self._offer(entry.key, entry.version, entry.next_ms, entry)
+        self._wheel_retries(retries)
+
+    async def _move_end(self, conn: store.Conn) -> int:
+        """Move the horizon's end to now + horizon (never back) before a whole-horizon read: a
+        row the change feed applies while the read is in flight (newer than the read's
+        snapshot) then lands in the wheel, not in `known` for good; between the two rows of one
+        job, versions decide (`_offer`)."""
+        await self.s.clock.sync(conn)
+        self.horizon_end_ms = max(self.horizon_end_ms, self.s.clock.now_ms() + self.cfg.horizon_ms)
+        return self.horizon_end_ms
+
+    def _wheel_retries(self, retries: Sequence[RetryEntry]) -> None:
         for retry in retries:
-            self.wheel.schedule(
-                run_key(retry.tenant, retry.job_id, retry.scheduled_ms), retry.retry_ms, retry
-            )
+            self.wheel.schedule(_retry_key(retry), retry.retry_ms, retry)
 
     async def _resync(self) -> None:
+        """The safety net (every `resync_ms`): the whole horizon checked against the database.
+        Only each job's (version, next_run_at) is read; the jobs whose pair the wheel does not
+        hold are then read in full and offered as the change feed's rows are — what a reload
+        of every row would have changed, without decoding the jobs it would not."""
         async with self.s.pool.acquire() as conn:
-            await self._load(conn)
+            until = await self._move_end(conn)
+            pairs, retries = await store.horizon_versions(conn, self.shard, until)
+            missing = self._not_held(pairs)
+            rows = await store.jobs_by_keys(conn, missing) if missing else []
+        for row in rows:
+            self.apply_job_row(row)
+        self._wheel_retries(retries)
+
+    def _not_held(self, pairs: Sequence[asyncpg.Record]) -> list[tuple[str, str]]:
+        """The jobs (tenant, job_id) of `pairs` — rows (tenant, job_id, version, next_run_at)
+        — that `_offer` would act on: those not in the wheel at their pair or a newer one, nor
+        known at a newer one. A pair only equal to the one `known` keeps is offered again, as
+        a reload would: it is the occurrence a claim has not moved on yet (a claim that did not
+        happen, or whose job's row a registry held) or one that was beyond the horizon."""
+        wheel_get = self.wheel.get
+        known_get = self.known.get
+        missing = []
+        for tenant, job_id, version, next_ms in pairs:
+            key = job_key(tenant, job_id)
+            state = (version, next_ms)
+            pending = wheel_get(key)
+            if type(pending) is JobEntry:
+                if state <= (pending.version, pending.next_ms):
+                    continue
+            elif state < known_get(key, _NOTHING_KNOWN):
+                continue
+            missing.append((tenant, job_id))
+        return missing
 
     async def _extend(self) -> None:
         """Move the horizon's end to now + horizon, loading only the jobs due in the slice of
@@ -641,10 +678,7 @@ class ShardLeader:
     async def _schedule_retries(self, conn: store.Conn) -> None:
         """Sweeper (c): the shard's retrying runs due within the horizon go into the wheel."""
         until = self.s.clock.now_ms() + self.cfg.horizon_ms
-        for retry in await store.retries(conn, self.shard, until):
-            self.wheel.schedule(
-                run_key(retry.tenant, retry.job_id, retry.scheduled_ms), retry.retry_ms, retry
-            )
+        self._wheel_retries(await store.retries(conn, self.shard, until))
 
     async def _load_retries(self) -> None:
         async with self.s.pool.acquire() as conn:

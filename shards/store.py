@@ -193,6 +193,18 @@ async def horizon(conn: Conn, shard: int, until_ms: int) -> tuple[list[JobEntry]
     return [entry_of(r) for r in jobs], [_retry_entry(r) for r in retries]
 
 
+async def horizon_versions(
+    conn: Conn, shard: int, until_ms: int
+) -> tuple[list[asyncpg.Record], list[RetryEntry]]:
+    """The shard's active jobs due before `until_ms` as (tenant, job_id, version, next_run_at)
+    rows, and its retrying runs due before it, from one snapshot: the full reload's first
+    read, which decodes no job."""
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        pairs = await conn.fetch(QUERIES["horizon_versions"], shard, until_ms)
+        retries = await conn.fetch(QUERIES["horizon_retries"], shard, until_ms)
+    return list(pairs), [_retry_entry(r) for r in retries]
+
+
 async def horizon_slice(conn: Conn, shard: int, from_ms: int, until_ms: int) -> list[JobEntry]:
     """The shard's active jobs due in [`from_ms`, `until_ms`): what the horizon newly covers."""
     rows = await conn.fetch(QUERIES["horizon_jobs"], shard, from_ms, until_ms)

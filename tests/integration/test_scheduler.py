@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from tickwheel.clock import format_ms, now_ms
-from tickwheel.domain import PRIORITIES, run_key
+from tickwheel.domain import PRIORITIES, job_key, run_key
 from tickwheel.envelopes import DeadLetter, RunEnvelope
 from tickwheel.run_seal import RunSeal
 from tickwheel.sharding import shard_of
@@ -134,6 +134,44 @@ async def test_jobs_beyond_the_horizon_are_loaded_as_its_end_moves_on(sched: Sch
     assert all(b - a == 15_000 for a, b in itertools.pairwise(crons)), crons
     assert [r["ms"] for r in runs if r["job_id"] == "after"] == [after_ms]
     assert [r["ms"] for r in runs if r["job_id"] == "before"] == [start_ms + 16_000]
+
+
+async def test_the_resync_reads_again_only_what_the_wheel_does_not_hold(sched: SchedEnv) -> None:
+    """the full reload (the safety net): a one-off the wheel lost, as if the change feed had
+    missed its row, and one whose wheel entry is an older version than its row are read again
+    and fire once, on time; a job the wheel holds as the database does keeps its entry"""
+    at_ms = (now_ms() // 1000 + 8) * 1000
+    names = ("lost", "stale", "held")
+    async with running_scheduler(sched, "solo", resync_s=3600) as (scheduler, _):
+
+        def leader(job: str) -> Any:
+            return scheduler.leaders.get(shard_of(sched.tenant, job, TEST_SHARDS))
+
+        def entry(job: str) -> Any:
+            owner = leader(job)
+            return None if owner is None else owner.wheel.get(job_key(sched.tenant, job))
+
+        await sched.register(
+            *({"id": n, "at": format_ms(at_ms), "handler": "demo.echo"} for n in names)
+        )
+        await wait_for(lambda: all(entry(n) for n in names), 5, what="the jobs in their wheels")
+        leader("lost").wheel.cancel(job_key(sched.tenant, "lost"))
+        stale, held = entry("stale"), entry("held")
+        stale.version -= 1
+        assert now_ms() < at_ms - 1000, "too slow to test before the jobs are due"
+        for owner in {id(leader(n)): leader(n) for n in names}.values():
+            await owner._resync()
+        assert entry("lost") is not None
+        assert entry("stale") is not stale and entry("stale").version == stale.version + 1
+        assert entry("held") is held
+
+        async def claimed() -> bool:
+            return {r["job_id"] for r in await sched.runs()} == set(names)
+
+        await wait_for(claimed, 10, what="every job claimed")
+    runs = await sched.runs()
+    assert sorted(r["job_id"] for r in runs) == sorted(names)  # once each
+    assert all(r["ms"] == at_ms and r["created_ms"] >= at_ms for r in runs)
 
 
 async def test_a_tenants_dispatch_window_holds_its_burst_not_another_tenants_runs(

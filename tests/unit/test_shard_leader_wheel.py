@@ -189,3 +189,35 @@ def test_a_fed_job_is_held_under_its_entrys_own_key() -> None:
         assert key is entry.key
 
     asyncio.run(go())
+
+
+def test_the_resync_reads_in_full_only_the_jobs_the_wheel_does_not_hold() -> None:
+    """the full reload's narrow read: a job in the wheel at the database's pair or a newer one,
+    or known at a newer one, is not read again; one missing from the wheel, in it at an older
+    pair, or known at the same pair (an occurrence not claimed yet) is — as `_offer` would
+    act on that row"""
+
+    async def go() -> None:
+        leader = _leader()
+        for job, version, next_ms in (("same", 2, T0), ("newer", 3, T0), ("older", 1, T0)):
+            row = _row(version, next_ms) | {"job_id": job}
+            leader.apply_job_row(row)
+        leader.known["acme/known-newer"] = (5, T0)
+        leader.known["acme/known-same"] = (5, T0)
+        pairs = [
+            ("acme", "same", 2, T0),
+            ("acme", "newer", 2, T0 + 60_000),  # the wheel's (3, T0) is newer
+            ("acme", "older", 2, T0),  # edited since the wheel's (1, T0)
+            ("acme", "claimed", 2, T0 - 1),  # a claim moved it on in the wheel: same version
+            ("acme", "known-newer", 4, T0),
+            ("acme", "known-same", 5, T0),
+            ("acme", "absent", 1, T0),
+        ]
+        leader.apply_job_row(_row(2, T0) | {"job_id": "claimed"})
+        assert leader._not_held(pairs) == [
+            ("acme", "older"),
+            ("acme", "known-same"),
+            ("acme", "absent"),
+        ]
+
+    asyncio.run(go())
