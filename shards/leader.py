@@ -125,7 +125,7 @@ class LeaderConfig:
     publish_lease_ms: int
     claim_batch: int
     sweep_ms: int
-    resync_ms: int  # the whole horizon reloaded from scratch (a safety net)
+    resync_ms: int  # the whole horizon re-read (a safety net): `_resync`
     extend_ms: int = 5_000  # the horizon's end moved on, the newly covered slice loaded
     retention_days: int = 30  # run history kept by the daily gc (shard 0's leader)
 

@@ -133,8 +133,9 @@ class Settings(BaseSettings):
     resync_s: int = Field(
         600,
         ge=1,
-        description="how often a leader reloads its whole horizon from scratch (a safety net: "
-        "the change feed and the horizon's extensions keep the wheel current), seconds",
+        description="how often a leader re-reads its whole horizon (a safety net: the change "
+        "feed and the horizon's extensions keep the wheel current; only the jobs the wheel does "
+        "not hold at their version and next instant are read in full), seconds",
     )
     tenant_dispatch_window: int = Field(
         2000,
