@@ -243,7 +243,11 @@ def lateness(
     wanted = set(expected)
     mine = [r for r in rows if r.run_key in wanted]
     publish_ms = published_instants(mine, first_append or {})
-    pub = [(p - r.scheduled_ms) / MS_PER_S for r, p in zip(mine, publish_ms, strict=True) if p]
+    pub_or_none = [
+        (p - r.scheduled_ms) / MS_PER_S if p else None
+        for r, p in zip(mine, publish_ms, strict=True)
+    ]
+    pub = [v for v in pub_or_none if v is not None]
     start = [(r.started_ms - r.scheduled_ms) / MS_PER_S for r in mine if r.started_ms]
     claim = [(r.claimed_ms - r.scheduled_ms) / MS_PER_S for r in mine]
     published = Spread.of(pub, len(wanted))
@@ -253,10 +257,6 @@ def lateness(
         padded = sorted(values) + [math.inf] * (len(wanted) - len(values))
         return percentile(padded, 99.9) if padded else math.inf
 
-    pub_or_none = [
-        (p - r.scheduled_ms) / MS_PER_S if p else None
-        for r, p in zip(mine, publish_ms, strict=True)
-    ]
     slices = late_slices([r.scheduled_ms for r in mine], claim, pub_or_none)
     return Lateness(
         len(wanted),

@@ -363,20 +363,22 @@ class ShardLeader:
         known at a newer one. A pair only equal to the one `known` keeps is offered again, as
         a reload would: it is the occurrence a claim has not moved on yet (a claim that did not
         happen, or whose job's row a registry held) or one that was beyond the horizon."""
-        wheel_get = self.wheel.get
-        known_get = self.known.get
         missing = []
         for tenant, job_id, version, next_ms in pairs:
-            key = job_key(tenant, job_id)
             state = (version, next_ms)
-            pending = wheel_get(key)
-            if type(pending) is JobEntry:
-                if state <= (pending.version, pending.next_ms):
-                    continue
-            elif state < known_get(key, _NOTHING_KNOWN):
+            held, in_wheel = self._pair_held(job_key(tenant, job_id))
+            if state < held or (in_wheel and state == held):
                 continue
             missing.append((tenant, job_id))
         return missing
+
+    def _pair_held(self, key: str) -> tuple[tuple[int, int], bool]:
+        """The (version, next_run_at) this leader holds for a job, and whether it is a wheel
+        entry's: the entry's pair, else the pair `known` keeps, else one below every job's."""
+        pending = self.wheel.get(key)
+        if type(pending) is JobEntry:
+            return (pending.version, pending.next_ms), True
+        return self.known.get(key, _NOTHING_KNOWN), False
 
     async def _extend(self) -> None:
         """Move the horizon's end to now + horizon, loading only the jobs due in the slice of
@@ -409,11 +411,7 @@ class ShardLeader:
 
     def _offer(self, key: str, version: int, next_ms: int, entry: JobEntry | None) -> None:
         state = (version, next_ms)
-        pending = self.wheel.get(key)
-        if type(pending) is JobEntry:
-            if state < (pending.version, pending.next_ms):
-                return
-        elif state < self.known.get(key, _NOTHING_KNOWN):
+        if state < self._pair_held(key)[0]:
             return
         if entry is not None and next_ms < self.horizon_end_ms:
             entry.next_ms = next_ms

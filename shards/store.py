@@ -187,10 +187,8 @@ async def _fence(conn: Conn, lease: Lease) -> tuple[int, str | None]:
 
 async def horizon(conn: Conn, shard: int, until_ms: int) -> tuple[list[JobEntry], list[RetryEntry]]:
     """The shard's active jobs and retrying runs due before `until_ms`, from one snapshot."""
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        jobs = await conn.fetch(QUERIES["horizon_jobs"], shard, 0, until_ms)
-        retries = await conn.fetch(QUERIES["horizon_retries"], shard, until_ms)
-    return [entry_of(r) for r in jobs], [_retry_entry(r) for r in retries]
+    jobs, retries = await _with_retries(conn, shard, until_ms, "horizon_jobs", 0, until_ms)
+    return [entry_of(r) for r in jobs], retries
 
 
 async def horizon_versions(
@@ -199,10 +197,18 @@ async def horizon_versions(
     """The shard's active jobs due before `until_ms` as (tenant, job_id, version, next_run_at)
     rows, and its retrying runs due before it, from one snapshot: the full reload's first
     read, which decodes no job."""
+    return await _with_retries(conn, shard, until_ms, "horizon_versions", until_ms)
+
+
+async def _with_retries(
+    conn: Conn, shard: int, until_ms: int, query: str, *args: Any
+) -> tuple[list[asyncpg.Record], list[RetryEntry]]:
+    """`query` ($1 the shard, then `args`) and the shard's retrying runs due before
+    `until_ms`, read in one snapshot."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
-        pairs = await conn.fetch(QUERIES["horizon_versions"], shard, until_ms)
+        rows = await conn.fetch(QUERIES[query], shard, *args)
         retries = await conn.fetch(QUERIES["horizon_retries"], shard, until_ms)
-    return list(pairs), [_retry_entry(r) for r in retries]
+    return list(rows), [_retry_entry(r) for r in retries]
 
 
 async def horizon_slice(conn: Conn, shard: int, from_ms: int, until_ms: int) -> list[JobEntry]:
