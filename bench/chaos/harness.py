@@ -230,6 +230,7 @@ class Harness:
         self.probe = ProduceProbe(dep.kafka, PROBE_TOPIC)
         self.probe.start()
         try:
+            await self._retire_earlier()
             for name in SCHEDULERS:
                 dep.spawn_scheduler(name)
             for name in WORKERS:
@@ -262,6 +263,17 @@ class Harness:
                 f"probe {detail['probe']['longest_ack_s']}s"
             )
         return summarize(rounds)
+
+    async def _retire_earlier(self) -> None:
+        """Earlier invocations' jobs and unfinished runs on a kept `--dir`, retired before any
+        process of this one starts: an interrupted invocation leaves its round's cron jobs
+        firing, and their runs would be judged against this one's rounds."""
+        [row] = await self.deployment.fetch(QUERIES["chaos_retire_earlier"])
+        if row["jobs"] or row["runs"]:
+            self.echo(
+                f"retired what earlier invocations left on this stack: {row['jobs']} jobs, "
+                f"{row['runs']} unfinished runs"
+            )
 
     async def _warm_up(self) -> None:
         """Wait until every shard has a leader and a registration has gone all the way to an

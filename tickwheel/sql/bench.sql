@@ -87,6 +87,30 @@ SELECT count(*) AS n FROM jobs WHERE tenant = $1 AND status <> 'deleted'
 UPDATE jobs SET status = 'deleted', version = version + 1
 WHERE tenant = $1 AND job_id = ANY($2::text[]) AND status <> 'deleted'
 
+-- chaos_retire_earlier --
+-- What earlier invocations left on a kept `--dir`, retired before this one's processes start.
+-- An invocation interrupted mid-round never deleted its round's every-second cron jobs: the
+-- next one's leaders fired them, and their runs flooded its rounds (docs/RELIABILITY.md,
+-- session 15). Every chaos tenant's (the harness names them `s<seed>t<n>r<round>` and
+-- `s<seed>t<n>warm`; nothing of this invocation exists yet) jobs still scheduled are deleted as
+-- the registry deletes, and its unfinished runs end `skipped` (a worker still holding one is
+-- fenced out by the status). Returns how many of each.
+WITH chaos AS (
+    SELECT name FROM tenants WHERE name ~ '^s[0-9]+t[0-9]+(r[0-9]+|warm)$'
+), retired_jobs AS (
+    UPDATE jobs SET status = 'deleted', version = version + 1
+    WHERE tenant IN (SELECT name FROM chaos) AND status IN ('active', 'paused')
+    RETURNING 1
+), retired_runs AS (
+    UPDATE job_runs SET status = 'skipped', finished_at = now(), lease_until = NULL,
+                        retry_at = NULL,
+                        skip_reason = 'retired: left by an earlier chaos invocation'
+    WHERE tenant IN (SELECT name FROM chaos)
+      AND status IN ('pending', 'published', 'running', 'retrying')
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM retired_jobs) AS jobs, (SELECT count(*) FROM retired_runs) AS runs
+
 -- chaos_jobs_pause --
 -- A steady job paused mid-round, as the registry pauses (version bump): no run after this.
 -- No row back: the job is not stored (yet).

@@ -1,0 +1,111 @@
+"""The chaos harness starts on a kept `--dir` by retiring what earlier invocations left there
+(docs/RELIABILITY.md, session 15: an interrupted invocation's every-second cron jobs kept
+firing into the next one's rounds)."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from tickwheel.clock import now_ms
+from tickwheel.queries import QUERIES
+from tickwheel.registry_api.document import Limits, parse_document, validate_job
+from tickwheel.registry_api.state import Op
+from tickwheel.registry_api.store import RegistryStore
+
+pytestmark = pytest.mark.integration
+
+SHARDS = 4
+EARLIER = "s137t93183r8"  # a round's tenant, as the harness names them
+WARM = "s137t93183warm"  # an invocation's warm-up tenant
+OTHER = "s137t93183x"  # close to the harness's names, but not one of them
+STATUSES = ("pending", "published", "running", "retrying", "succeeded", "dead", "skipped")
+
+
+def _every_second(tenant: str, job_id: str) -> Op:
+    doc = parse_document({"id": job_id, "schedule": "* * * * * *", "handler": "h.run"})
+    return Op(
+        "upsert", tenant, job_id, spec=validate_job(tenant, doc, Limits(shards=SHARDS), now_ms())
+    )
+
+
+async def _runs_in_every_status(conn: asyncpg.Pool, tenant: str, job_id: str) -> None:
+    """One run of the job per status, a second apart."""
+    for i, status in enumerate(STATUSES):
+        await conn.execute(
+            "INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, status,"
+            " epoch, lease_until)"
+            " VALUES ($1, $2, date_trunc('second', now()) - $3 * interval '1 second', 0,"
+            " 'normal', $4, 1, now() + interval '5 seconds')",
+            tenant,
+            job_id,
+            i,
+            status,
+        )
+
+
+async def test_earlier_chaos_tenants_jobs_are_deleted_and_their_unfinished_runs_skipped(
+    db_dsn: str,
+) -> None:
+    """two earlier chaos tenants (a round's, a warm-up's) with active and paused every-second
+    jobs and a run in every status, beside a tenant not named as the harness names them: the
+    chaos tenants' jobs are deleted (version bumped, so leaders drop them), their pending,
+    published, running and retrying runs end skipped with their lease cleared, their finished
+    runs are untouched, and nothing of the other tenant changes"""
+    pool = await asyncpg.create_pool(db_dsn, min_size=1, max_size=2)
+    try:
+        store = RegistryStore(pool, SHARDS)
+        for tenant in (EARLIER, WARM, OTHER):
+            await store.create_tenant(tenant)
+            await store.apply([_every_second(tenant, "a"), _every_second(tenant, "b")])
+            await _runs_in_every_status(pool, tenant, "a")
+        await pool.execute(
+            "UPDATE jobs SET status = 'paused', version = version + 1"
+            " WHERE tenant = $1 AND job_id = 'b'",
+            EARLIER,
+        )
+        before = {
+            (r["tenant"], r["job_id"]): r["version"]
+            for r in await pool.fetch("SELECT tenant, job_id, version FROM jobs")
+        }
+
+        [counts] = await pool.fetch(QUERIES["chaos_retire_earlier"])
+
+        assert (counts["jobs"], counts["runs"]) == (4, 8)
+        jobs = {
+            (r["tenant"], r["job_id"]): (r["status"], r["version"])
+            for r in await pool.fetch("SELECT tenant, job_id, status, version FROM jobs")
+        }
+        for tenant in (EARLIER, WARM):
+            for job_id in ("a", "b"):
+                assert jobs[tenant, job_id] == ("deleted", before[tenant, job_id] + 1)
+        assert jobs[OTHER, "a"] == ("active", before[OTHER, "a"])
+        assert jobs[OTHER, "b"] == ("active", before[OTHER, "b"])
+        runs = await pool.fetch(
+            "SELECT tenant, status, skip_reason, lease_until IS NULL AS unleased,"
+            " finished_at IS NOT NULL AS finished FROM job_runs ORDER BY tenant, scheduled_at DESC"
+        )
+        by_tenant: dict[str, list[tuple[str, bool, bool]]] = {}
+        for r in runs:
+            by_tenant.setdefault(r["tenant"], []).append(
+                (r["status"], r["unleased"], r["finished"])
+            )
+            if r["skip_reason"] is not None and r["skip_reason"].startswith("retired"):
+                assert r["tenant"] in (EARLIER, WARM)
+        for tenant in (EARLIER, WARM):
+            assert by_tenant[tenant] == [
+                ("skipped", True, True),  # was pending
+                ("skipped", True, True),  # published
+                ("skipped", True, True),  # running
+                ("skipped", True, True),  # retrying
+                ("succeeded", False, False),
+                ("dead", False, False),
+                ("skipped", False, False),
+            ]
+        assert [status for status, _, _ in by_tenant[OTHER]] == list(STATUSES)
+
+        # Run again (the next invocation on the same stack): nothing is left to retire.
+        [again] = await pool.fetch(QUERIES["chaos_retire_earlier"])
+        assert (again["jobs"], again["runs"]) == (0, 0)
+    finally:
+        await pool.close()
