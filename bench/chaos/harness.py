@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from tickwheel.bench.chaos.checker import (
     VERDICTS,
@@ -61,7 +62,7 @@ from tickwheel.clock import now_ms
 from tickwheel.deployment import worker_group
 from tickwheel.domain import PRIORITIES
 from tickwheel.envelopes import EnvelopeError, RunEnvelope
-from tickwheel.kafka import create_topics, producer
+from tickwheel.kafka import consumer, create_topics, producer
 from tickwheel.queries import QUERIES
 from tickwheel.stack.replicated import ReplicatedPorts
 
@@ -132,11 +133,19 @@ class RunTopics:
     IDLE_S = 1.5  # a round's envelopes are all read once the topics are this long quiet
     BOUND_S = 20.0
 
-    def __init__(self, kafka: str, topics: list[str]) -> None:
+    def __init__(self, kafka: str, topics: list[str], starts: dict[tuple[str, int], int]) -> None:
+        """Reads each partition of `topics` from its offset in `starts` (where this invocation's
+        messages begin; the start of a partition not in it)."""
         from tickwheel.kafka import consumer
 
         self.consumer = consumer(kafka, f"chaos-check-{uuid.uuid4().hex}")
-        self.consumer.subscribe(topics)
+        self.consumer.assign(
+            [
+                TopicPartition(t, p, starts.get((t, p), OFFSET_BEGINNING))
+                for t in topics
+                for p in range(PARTITIONS)
+            ]
+        )
         self.by_tenant: dict[str, list[Envelope]] = {}
         self.unreadable = 0
 
@@ -170,6 +179,45 @@ class RunTopics:
         self.consumer.close()
 
 
+def skip_to_ends(
+    kafka: str, group: str, topics: list[str]
+) -> tuple[dict[tuple[str, int], int], int]:
+    """Each existing partition's end on `topics`, committed as `group`'s offset (a group no
+    member has joined: the workers' before any worker of this invocation runs), and how many
+    messages the group had not read."""
+    probe = consumer(kafka, group, **{"enable.auto.commit": False})
+    try:
+        listed = probe.list_topics(timeout=10).topics
+        parts = [
+            TopicPartition(t, p)
+            for t in topics
+            if (meta := listed.get(t)) is not None and meta.error is None
+            for p in meta.partitions
+        ]
+        if not parts:
+            return {}, 0
+        ends = {
+            (tp.topic, tp.partition): probe.get_watermark_offsets(tp, timeout=10)[1] for tp in parts
+        }
+        committed = {
+            (tp.topic, tp.partition): tp.offset for tp in probe.committed(parts, timeout=10)
+        }
+        unread = sum(max(0, end - max(committed.get(key, 0), 0)) for key, end in ends.items())
+        try:
+            probe.commit(
+                offsets=[TopicPartition(t, p, end) for (t, p), end in ends.items()],
+                asynchronous=False,
+            )
+        except KafkaException as exc:
+            raise RuntimeError(
+                "could not move the workers' group past earlier invocations' runs (does a "
+                f"worker of one still run?): {exc}"
+            ) from exc
+        return ends, unread
+    finally:
+        probe.close()
+
+
 class Harness:
     """One chaos run. With `deployment` (a private stack already up, as a test suite shares
     one between runs) it starts and stops only the processes; else it owns the stack too."""
@@ -194,6 +242,8 @@ class Harness:
         self.rng = random.Random(options.seed * 7919 + 1)
         self.tag = f"s{options.seed}t{int(time.time()) % 100000}"
         self.completed: list[dict[str, Any]] = []
+        # Where this invocation's messages begin on the run topics (`_retire_earlier`).
+        self.run_starts: dict[tuple[str, int], int] = {}
 
     def run(self) -> dict[str, Any]:
         """Start the private stack, run the rounds, stop everything (also on Ctrl-C)."""
@@ -230,14 +280,14 @@ class Harness:
         self.probe = ProduceProbe(dep.kafka, PROBE_TOPIC)
         self.probe.start()
         try:
-            await self._retire_earlier()
+            await self._retire_earlier(topics)
             for name in SCHEDULERS:
                 dep.spawn_scheduler(name)
             for name in WORKERS:
                 dep.spawn_worker(name)
             dep.spawn_registry()
             await self._warm_up()
-            self.run_topics = RunTopics(dep.kafka, topics)
+            self.run_topics = RunTopics(dep.kafka, topics, self.run_starts)
             try:
                 return await self._each_round()
             finally:
@@ -264,15 +314,21 @@ class Harness:
             )
         return summarize(rounds)
 
-    async def _retire_earlier(self) -> None:
-        """Earlier invocations' jobs and unfinished runs on a kept `--dir`, retired before any
-        process of this one starts: an interrupted invocation leaves its round's cron jobs
-        firing, and their runs would be judged against this one's rounds."""
+    async def _retire_earlier(self, topics: list[str]) -> None:
+        """What earlier invocations left on a kept `--dir`, retired before any process of this
+        one starts: their jobs and unfinished runs (an interrupted invocation leaves its round's
+        cron jobs firing, and their runs would be judged against this one's rounds), and their
+        messages on the run topics — the workers' group and the checker start at the topics'
+        ends (a flood's republished runs once queued ~900,000 messages there, which the
+        workers would have to read past before this invocation's first run)."""
         [row] = await self.deployment.fetch(QUERIES["chaos_retire_earlier"])
-        if row["jobs"] or row["runs"]:
+        self.run_starts, skipped = await asyncio.to_thread(
+            skip_to_ends, self.deployment.kafka, worker_group(PREFIX), topics
+        )
+        if row["jobs"] or row["runs"] or skipped:
             self.echo(
                 f"retired what earlier invocations left on this stack: {row['jobs']} jobs, "
-                f"{row['runs']} unfinished runs"
+                f"{row['runs']} unfinished runs, {skipped} unread messages on the run topics"
             )
 
     async def _warm_up(self) -> None:

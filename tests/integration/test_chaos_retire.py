@@ -1,17 +1,25 @@
 """The chaos harness starts on a kept `--dir` by retiring what earlier invocations left there
 (docs/RELIABILITY.md, session 15: an interrupted invocation's every-second cron jobs kept
-firing into the next one's rounds)."""
+firing into the next one's rounds, and their republished runs queued ~900,000 messages on the
+run topics that the next invocation's workers had to read past)."""
 
 from __future__ import annotations
 
+import uuid
+
 import asyncpg
 import pytest
+from confluent_kafka import TopicPartition
 
+from tickwheel.bench.chaos.deployment import PARTITIONS
+from tickwheel.bench.chaos.harness import RunTopics, skip_to_ends
 from tickwheel.clock import now_ms
+from tickwheel.kafka import consumer, create_topics, delete_topics, producer
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import Limits, parse_document, validate_job
 from tickwheel.registry_api.state import Op
 from tickwheel.registry_api.store import RegistryStore
+from tickwheel.stack import Addresses
 
 pytestmark = pytest.mark.integration
 
@@ -109,3 +117,51 @@ async def test_earlier_chaos_tenants_jobs_are_deleted_and_their_unfinished_runs_
         assert (again["jobs"], again["runs"]) == (0, 0)
     finally:
         await pool.close()
+
+
+def _produce(kafka: str, topic: str, partition: int, values: list[bytes]) -> None:
+    prod = producer(kafka)
+    for value in values:
+        prod.produce(topic, value=value, partition=partition)
+    assert prod.flush(30) == 0
+
+
+def test_the_workers_group_and_the_checker_start_past_earlier_messages(stack: Addresses) -> None:
+    """a run topic holding earlier invocations' messages, two partitions partly read by the
+    workers' group, one never, one empty: the group's offsets move to every partition's end
+    and the unread messages are counted; a topic that does not exist yet is left alone; the
+    checker's reader, given those ends, reads only what was produced after them"""
+    topic, missing = f"retire-{uuid.uuid4().hex[:8]}", f"retire-none-{uuid.uuid4().hex[:8]}"
+    group = f"retire-workers-{uuid.uuid4().hex[:8]}"
+    create_topics(stack.kafka, [topic], PARTITIONS, 1)
+    try:
+        _produce(stack.kafka, topic, 0, [b"old"] * 5)
+        _produce(stack.kafka, topic, 1, [b"old"] * 3)
+        _produce(stack.kafka, topic, 2, [b"old"] * 4)
+        reader = consumer(stack.kafka, group, **{"enable.auto.commit": False})
+        reader.commit(
+            offsets=[TopicPartition(topic, 0, 2), TopicPartition(topic, 1, 3)], asynchronous=False
+        )
+        reader.close()
+
+        ends, unread = skip_to_ends(stack.kafka, group, [topic, missing])
+
+        assert ends == {(topic, 0): 5, (topic, 1): 3, (topic, 2): 4, (topic, 3): 0}
+        assert unread == 3 + 0 + 4
+        check = consumer(stack.kafka, group, **{"enable.auto.commit": False})
+        parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        assert [tp.offset for tp in check.committed(parts, timeout=10)] == [5, 3, 4, 0]
+        check.close()
+
+        _produce(stack.kafka, topic, 0, [b"new"] * 2)
+        _produce(stack.kafka, topic, 3, [b"new"])
+        runs = RunTopics(stack.kafka, [topic], ends)
+        try:
+            runs.catch_up()
+            # Not run envelopes: counted as unreadable, and only the three produced after the ends.
+            assert runs.unreadable == 3
+            assert runs.by_tenant == {}
+        finally:
+            runs.close()
+    finally:
+        delete_topics(stack.kafka, [topic])
