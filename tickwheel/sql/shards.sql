@@ -259,12 +259,16 @@ RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigin
 -- publish lease lapsed (default 5 minutes: an acknowledged envelope the broker lost, or a
 -- backlog that long) get a new lease and are published again with the same attempt. A publish
 -- the broker refused does not wait for this: the leader retries it itself.
+-- A run another transaction holds is skipped, not waited for (as in all three sweeps): it is a
+-- worker's claim or result write in flight, which settles the run or leaves it for the next
+-- sweep. Waiting let a sweep (locking its runs in its scan's order) and a worker's batch (in
+-- its deliveries' order) each hold a row the other wanted: deadlocks, retried by both.
 --   $1 shard  $2 epoch  $3 lease ms  $4 batch limit
 WITH lapsed AS (
     SELECT tenant, job_id, scheduled_at FROM job_runs
     WHERE shard_id = $1 AND status IN ('pending', 'published') AND lease_until < now()
     LIMIT $4
-    FOR UPDATE
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE job_runs r SET lease_until = now() + $3::bigint * interval '1 millisecond', epoch = $2
 FROM lapsed l, jobs j
@@ -283,7 +287,7 @@ WITH lapsed AS (
     WHERE shard_id = $1 AND status = 'running' AND lease_until < now()
       AND attempt < max_attempts
     LIMIT $4
-    FOR UPDATE
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE job_runs r SET
     status = 'pending', attempt = r.attempt + 1, epoch = $2,
@@ -306,7 +310,7 @@ WITH lapsed AS (
     WHERE shard_id = $1 AND status = 'running' AND lease_until < now()
       AND attempt >= max_attempts
     LIMIT $2
-    FOR UPDATE
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE job_runs r SET
     status = 'dead', finished_at = now(), lease_until = NULL,
