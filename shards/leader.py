@@ -623,7 +623,10 @@ class ShardLeader:
                 async with store.fenced(conn, self.lease):
                     if self._adopting:
                         adopted = await store.adopt(conn, self.lease, lease_ms)
-                        self._adopting = len(adopted) >= store.SWEEP_LIMIT
+                        # Runs a worker held were skipped: adopt again at the next sweep
+                        # while one is still pending (its claim may have failed).
+                        full = len(adopted) >= store.SWEEP_LIMIT
+                        self._adopting = full or await store.has_unadopted(conn, self.lease)
                     again = await store.sweep_republish(conn, self.lease, lease_ms)
                     requeued = await store.sweep_requeue_running(conn, self.lease, lease_ms)
                 async with store.fenced(conn, self.lease):

@@ -351,6 +351,12 @@ async def release_buffered(conn: Conn, lease: Lease, lease_ms: int) -> list[Disp
     return [_dispatch(r) for r in rows]
 
 
+async def has_unadopted(conn: Conn, lease: Lease) -> bool:
+    """Whether dispatched pending runs of an earlier epoch are left to adopt."""
+    found: bool = await conn.fetchval(QUERIES["shard_has_unadopted"], lease.shard, lease.epoch)
+    return found
+
+
 async def has_lapsed(conn: Conn, shard: int) -> bool:
     """Whether a run of the shard has a lapsed lease (the sweeps have work)."""
     found: bool = await conn.fetchval(QUERIES["shard_has_lapsed"], shard)

@@ -117,3 +117,52 @@ async def test_the_sweeps_skip_runs_another_transaction_holds(
         assert rows[job_id] == ("pending", 2, lease.epoch)
     for job_id in ("dead", "dead-held"):
         assert rows[job_id][:2] == ("dead", 5)
+
+
+async def test_a_takeover_adopts_around_a_held_run_and_again_once_it_is_free(
+    db_dsn: str, pool: asyncpg.Pool
+) -> None:
+    """an earlier epoch's dispatched pending runs, one held by a worker's claim in flight: the
+    new leader's adoption returns at once with the others and says one is left; once the
+    claim has gone without taking the run, the next adoption takes it and none is left"""
+    shard = 1
+    tenant = f"t{uuid.uuid4().hex[:10]}"
+    registry = RegistryStore(pool, SHARDS)
+    await registry.create_tenant(tenant)
+    jobs = ["free-1", "free-2", "held"]
+    await registry.apply([_job(tenant, job_id) for job_id in jobs])
+    for job_id in jobs:
+        await pool.execute(
+            "INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, status,"
+            " attempt, epoch, lease_until)"
+            " VALUES ($1, $2, date_trunc('second', now()), $3, 'normal', 'pending', 1, 0,"
+            " now() + interval '5 minutes')",
+            tenant,
+            job_id,
+            shard,
+        )
+    async with pool.acquire() as conn:
+        lease = await store.take_over(conn, shard, "adopter")
+    assert lease.epoch != 0
+    holder = await asyncpg.connect(db_dsn)
+    try:
+        claiming = holder.transaction()
+        await claiming.start()
+        await holder.execute(
+            "SELECT 1 FROM job_runs WHERE tenant = $1 AND job_id = 'held' FOR UPDATE", tenant
+        )
+
+        async def adopt() -> tuple[set[str], bool]:
+            async with pool.acquire() as conn, store.fenced(conn, lease):
+                adopted = await store.adopt(conn, lease, LEASE_MS)
+                return {d.job_id for d in adopted}, await store.has_unadopted(conn, lease)
+
+        assert await asyncio.wait_for(adopt(), NOT_WAITING_S) == ({"free-1", "free-2"}, True)
+        await claiming.rollback()  # the claim failed: the run is still the old epoch's
+        assert await asyncio.wait_for(adopt(), NOT_WAITING_S) == ({"held"}, False)
+    finally:
+        await holder.close()
+    epochs = await pool.fetch(
+        "SELECT DISTINCT epoch FROM job_runs WHERE tenant = $1 AND status = 'pending'", tenant
+    )
+    assert [r["epoch"] for r in epochs] == [lease.epoch]

@@ -237,13 +237,17 @@ WHERE NOT EXISTS (SELECT FROM fence)
 -- pending row is this epoch's own, and its leader publishes it again itself until the broker
 -- acknowledges it. A duplicate envelope is
 -- harmless: the worker's claim matches one delivery (I4).
+-- A run another transaction holds (a worker claiming the previous leader's envelope) is
+-- skipped, as by the sweeps (`sweep_republish`): waiting deadlocked with workers' batches
+-- (docs/RELIABILITY.md, session 16). The leader goes on adopting at its next sweeps while
+-- `shard_has_unadopted` finds such a run still pending.
 --   $1 shard  $2 epoch  $3 lease ms  $4 batch limit
 WITH stale AS (
     SELECT tenant, job_id, scheduled_at FROM job_runs
     WHERE shard_id = $1 AND status IN ('pending', 'published') AND lease_until IS NOT NULL
       AND epoch <> $2
     LIMIT $4
-    FOR UPDATE
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE job_runs r SET lease_until = now() + $3::bigint * interval '1 millisecond', epoch = $2
 FROM stale l, jobs j
@@ -413,6 +417,16 @@ RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigin
 SELECT EXISTS (
     SELECT 1 FROM job_runs
     WHERE shard_id = $1 AND status IN ('pending', 'published', 'running') AND lease_until < now()
+)
+
+-- shard_has_unadopted --
+-- Whether a dispatched pending run of an earlier epoch is left in the shard (`outbox_adopt`
+-- skipped it, or its batch limit stopped it): the leader adopts again at its next sweep.
+--   $1 shard  $2 epoch
+SELECT EXISTS (
+    SELECT 1 FROM job_runs
+    WHERE shard_id = $1 AND status IN ('pending', 'published') AND lease_until IS NOT NULL
+      AND epoch <> $2
 )
 
 -- shard_has_buffered --
