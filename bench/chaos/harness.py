@@ -136,8 +136,6 @@ class RunTopics:
     def __init__(self, kafka: str, topics: list[str], starts: dict[tuple[str, int], int]) -> None:
         """Reads each partition of `topics` from its offset in `starts` (where this invocation's
         messages begin; the start of a partition not in it)."""
-        from tickwheel.kafka import consumer
-
         self.consumer = consumer(kafka, f"chaos-check-{uuid.uuid4().hex}")
         self.consumer.assign(
             [
@@ -179,6 +177,9 @@ class RunTopics:
         self.consumer.close()
 
 
+SKIP_PATIENCE_S = 30.0  # several consumer sessions of the chaos deployment's workers
+
+
 def skip_to_ends(
     kafka: str, group: str, topics: list[str]
 ) -> tuple[dict[tuple[str, int], int], int]:
@@ -203,17 +204,21 @@ def skip_to_ends(
             (tp.topic, tp.partition): tp.offset for tp in probe.committed(parts, timeout=10)
         }
         unread = sum(max(0, end - max(committed.get(key, 0), 0)) for key, end in ends.items())
-        try:
-            probe.commit(
-                offsets=[TopicPartition(t, p, end) for (t, p), end in ends.items()],
-                asynchronous=False,
-            )
-        except KafkaException as exc:
-            raise RuntimeError(
-                "could not move the workers' group past earlier invocations' runs (does a "
-                f"worker of one still run?): {exc}"
-            ) from exc
-        return ends, unread
+        offsets = [TopicPartition(t, p, end) for (t, p), end in ends.items()]
+        # The broker takes a commit from outside the group only while the group is empty: a
+        # worker of the last invocation that was killed stays a member until its session ends.
+        deadline = time.monotonic() + SKIP_PATIENCE_S
+        while True:
+            try:
+                probe.commit(offsets=offsets, asynchronous=False)
+                return ends, unread
+            except KafkaException as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "could not move the workers' group past earlier invocations' runs "
+                        f"within {SKIP_PATIENCE_S:.0f} s (does a worker of one still run?): {exc}"
+                    ) from exc
+                time.sleep(1.0)
     finally:
         probe.close()
 

@@ -5,6 +5,10 @@ run topics that the next invocation's workers had to read past)."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 import uuid
 
 import asyncpg
@@ -12,7 +16,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from tickwheel.bench.chaos.deployment import PARTITIONS
-from tickwheel.bench.chaos.harness import RunTopics, skip_to_ends
+from tickwheel.bench.chaos.harness import SKIP_PATIENCE_S, RunTopics, skip_to_ends
 from tickwheel.clock import now_ms
 from tickwheel.kafka import consumer, create_topics, delete_topics, producer
 from tickwheel.queries import QUERIES
@@ -163,5 +167,51 @@ def test_the_workers_group_and_the_checker_start_past_earlier_messages(stack: Ad
             assert runs.by_tenant == {}
         finally:
             runs.close()
+    finally:
+        delete_topics(stack.kafka, [topic])
+
+
+# A worker of an earlier invocation, killed with -9 while a member of the workers' group.
+_MEMBER = """
+import sys, time
+from tickwheel.kafka import consumer
+member = consumer(sys.argv[1], sys.argv[2], **{"session.timeout.ms": 6000})
+member.subscribe([sys.argv[3]])
+while not member.assignment():
+    member.poll(0.2)
+print("joined", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_workers_group_is_moved_once_a_killed_member_has_lapsed(stack: Addresses) -> None:
+    """a member of the workers' group killed with -9 (no leave): the broker refuses commits
+    from outside the group until its session lapses; the move waits for that and then lands,
+    well within its patience"""
+    topic, group = f"retire-{uuid.uuid4().hex[:8]}", f"retire-workers-{uuid.uuid4().hex[:8]}"
+    create_topics(stack.kafka, [topic], PARTITIONS, 1)
+    try:
+        _produce(stack.kafka, topic, 1, [b"old"] * 2)
+        with subprocess.Popen(
+            [sys.executable, "-c", _MEMBER, stack.kafka, group, topic],
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as member:
+            try:
+                assert member.stdout is not None
+                assert member.stdout.readline().strip() == "joined"
+            finally:
+                member.send_signal(signal.SIGKILL)
+                member.wait(10)
+        began = time.monotonic()
+
+        ends, unread = skip_to_ends(stack.kafka, group, [topic])
+
+        assert time.monotonic() - began < SKIP_PATIENCE_S
+        assert (ends[topic, 1], unread) == (2, 2)
+        check = consumer(stack.kafka, group, **{"enable.auto.commit": False})
+        [committed] = check.committed([TopicPartition(topic, 1)], timeout=10)
+        check.close()
+        assert committed.offset == 2
     finally:
         delete_topics(stack.kafka, [topic])
