@@ -363,14 +363,18 @@ class ShardLeader:
         known at a newer one. A pair only equal to the one `known` keeps is offered again, as
         a reload would: it is the occurrence a claim has not moved on yet (a claim that did not
         happen, or whose job's row a registry held) or one that was beyond the horizon."""
-        missing = []
-        for tenant, job_id, version, next_ms in pairs:
-            state = (version, next_ms)
-            held, in_wheel = self._pair_held(job_key(tenant, job_id))
-            if state < held or (in_wheel and state == held):
-                continue
-            missing.append((tenant, job_id))
-        return missing
+        return [
+            (tenant, job_id)
+            for tenant, job_id, version, next_ms in pairs
+            if self._would_act(job_key(tenant, job_id), (version, next_ms))
+        ]
+
+    def _would_act(self, key: str, state: tuple[int, int]) -> bool:
+        """Whether `_offer` acts on a job's (version, next_run_at): not when this leader holds
+        a newer pair, nor when its wheel holds an entry at this very pair (the change feed
+        repeats rows across polls; the entry it has is that row's)."""
+        held, in_wheel = self._pair_held(key)
+        return not (state < held or (in_wheel and state == held))
 
     def _pair_held(self, key: str) -> tuple[tuple[int, int], bool]:
         """The (version, next_run_at) this leader holds for a job, and whether it is a wheel
@@ -411,7 +415,7 @@ class ShardLeader:
 
     def _offer(self, key: str, version: int, next_ms: int, entry: JobEntry | None) -> None:
         state = (version, next_ms)
-        if state < self._pair_held(key)[0]:
+        if not self._would_act(key, state):
             return
         if entry is not None and next_ms < self.horizon_end_ms:
             entry.next_ms = next_ms

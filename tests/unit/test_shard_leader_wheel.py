@@ -101,6 +101,21 @@ def test_a_loaded_job_keeps_its_pair_in_its_wheel_entry_only() -> None:
     asyncio.run(go())
 
 
+def test_a_repeated_feed_row_keeps_the_wheel_entry_it_made() -> None:
+    """the change feed repeats rows across polls: the same (version, next_run_at) again leaves
+    the wheel's entry as it is (not replaced by an equal one), once due it is due once"""
+
+    async def go() -> None:
+        leader = _leader()
+        leader.apply_job_row(_row(2, T0 + 60_000))
+        entry = leader.wheel.get("acme/j")
+        leader.apply_job_row(_row(2, T0 + 60_000))
+        assert leader.wheel.get("acme/j") is entry
+        assert _due(leader) == [T0 + 60_000]
+
+    asyncio.run(go())
+
+
 def test_a_due_job_being_claimed_still_refuses_a_stale_row() -> None:
     """entries the leader takes out of the wheel to claim them leave their pair in `known`:
     a row read before the entry's own next_run_at, arriving while the claim runs, does not put
