@@ -374,7 +374,7 @@ class ShardLeader:
         a newer pair, nor when its wheel holds an entry at this very pair (the change feed
         repeats rows across polls; the entry it has is that row's)."""
         held, in_wheel = self._pair_held(key)
-        return not (state < held or (in_wheel and state == held))
+        return state > held if in_wheel else state >= held
 
     def _pair_held(self, key: str) -> tuple[tuple[int, int], bool]:
         """The (version, next_run_at) this leader holds for a job, and whether it is a wheel

@@ -200,10 +200,10 @@ def skip_to_ends(
         ends = {
             (tp.topic, tp.partition): probe.get_watermark_offsets(tp, timeout=10)[1] for tp in parts
         }
-        committed = {
-            (tp.topic, tp.partition): tp.offset for tp in probe.committed(parts, timeout=10)
-        }
-        unread = sum(max(0, end - max(committed.get(key, 0), 0)) for key, end in ends.items())
+        unread = sum(  # a partition the group never committed reads from its start (0 here)
+            max(0, ends[tp.topic, tp.partition] - max(tp.offset, 0))
+            for tp in probe.committed(parts, timeout=10)
+        )
         offsets = [TopicPartition(t, p, end) for (t, p), end in ends.items()]
         # The broker takes a commit from outside the group only while the group is empty: a
         # worker of the last invocation that was killed stays a member until its session ends.
@@ -247,8 +247,6 @@ class Harness:
         self.rng = random.Random(options.seed * 7919 + 1)
         self.tag = f"s{options.seed}t{int(time.time()) % 100000}"
         self.completed: list[dict[str, Any]] = []
-        # Where this invocation's messages begin on the run topics (`_retire_earlier`).
-        self.run_starts: dict[tuple[str, int], int] = {}
 
     def run(self) -> dict[str, Any]:
         """Start the private stack, run the rounds, stop everything (also on Ctrl-C)."""
@@ -285,14 +283,14 @@ class Harness:
         self.probe = ProduceProbe(dep.kafka, PROBE_TOPIC)
         self.probe.start()
         try:
-            await self._retire_earlier(topics)
+            starts = await self._retire_earlier(topics)
             for name in SCHEDULERS:
                 dep.spawn_scheduler(name)
             for name in WORKERS:
                 dep.spawn_worker(name)
             dep.spawn_registry()
             await self._warm_up()
-            self.run_topics = RunTopics(dep.kafka, topics, self.run_starts)
+            self.run_topics = RunTopics(dep.kafka, topics, starts)
             try:
                 return await self._each_round()
             finally:
@@ -319,15 +317,16 @@ class Harness:
             )
         return summarize(rounds)
 
-    async def _retire_earlier(self, topics: list[str]) -> None:
+    async def _retire_earlier(self, topics: list[str]) -> dict[tuple[str, int], int]:
         """What earlier invocations left on a kept `--dir`, retired before any process of this
         one starts: their jobs and unfinished runs (an interrupted invocation leaves its round's
         cron jobs firing, and their runs would be judged against this one's rounds), and their
         messages on the run topics — the workers' group and the checker start at the topics'
         ends (a flood's republished runs once queued ~900,000 messages there, which the
-        workers would have to read past before this invocation's first run)."""
+        workers would have to read past before this invocation's first run). Returns where
+        this invocation's messages begin on each run topic partition."""
         [row] = await self.deployment.fetch(QUERIES["chaos_retire_earlier"])
-        self.run_starts, skipped = await asyncio.to_thread(
+        starts, skipped = await asyncio.to_thread(
             skip_to_ends, self.deployment.kafka, worker_group(PREFIX), topics
         )
         if row["jobs"] or row["runs"] or skipped:
@@ -335,6 +334,7 @@ class Harness:
                 f"retired what earlier invocations left on this stack: {row['jobs']} jobs, "
                 f"{row['runs']} unfinished runs, {skipped} unread messages on the run topics"
             )
+        return starts
 
     async def _warm_up(self) -> None:
         """Wait until every shard has a leader and a registration has gone all the way to an

@@ -114,12 +114,7 @@ class SchedEnv:
         try:
             shards = int(self.env["TICKWHEEL_SHARDS"])
             store = RegistryStore(pool, shards=shards)
-            limits = Limits(shards=shards)
-            ops = []
-            for doc in docs:
-                spec = validate_job(self.tenant, parse_document(doc), limits, now_ms())
-                ops.append(Op("upsert", self.tenant, doc["id"], spec=spec))
-            await store.apply(ops)
+            await store.apply([upsert_op(self.tenant, doc, shards) for doc in docs])
         finally:
             await pool.close()
 
@@ -361,3 +356,9 @@ async def run_intake_until(
         stop.set()
         await task
         await intake.close()
+
+
+def upsert_op(tenant: str, doc: dict[str, Any], shards: int) -> Op:
+    """The registry's upsert of a job document, validated as HTTP and Kafka validate it."""
+    spec = validate_job(tenant, parse_document(doc), Limits(shards=shards), now_ms())
+    return Op("upsert", tenant, doc["id"], spec=spec)

@@ -17,13 +17,12 @@ from confluent_kafka import TopicPartition
 
 from tickwheel.bench.chaos.deployment import PARTITIONS
 from tickwheel.bench.chaos.harness import SKIP_PATIENCE_S, RunTopics, skip_to_ends
-from tickwheel.clock import now_ms
 from tickwheel.kafka import consumer, create_topics, delete_topics, producer
 from tickwheel.queries import QUERIES
-from tickwheel.registry_api.document import Limits, parse_document, validate_job
-from tickwheel.registry_api.state import Op
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.stack import Addresses
+
+from .conftest import upsert_op
 
 pytestmark = pytest.mark.integration
 
@@ -34,11 +33,8 @@ OTHER = "s137t93183x"  # close to the harness's names, but not one of them
 STATUSES = ("pending", "published", "running", "retrying", "succeeded", "dead", "skipped")
 
 
-def _every_second(tenant: str, job_id: str) -> Op:
-    doc = parse_document({"id": job_id, "schedule": "* * * * * *", "handler": "h.run"})
-    return Op(
-        "upsert", tenant, job_id, spec=validate_job(tenant, doc, Limits(shards=SHARDS), now_ms())
-    )
+def _every_second(job_id: str) -> dict[str, str]:
+    return {"id": job_id, "schedule": "* * * * * *", "handler": "h.run"}
 
 
 async def _runs_in_every_status(conn: asyncpg.Pool, tenant: str, job_id: str) -> None:
@@ -69,7 +65,7 @@ async def test_earlier_chaos_tenants_jobs_are_deleted_and_their_unfinished_runs_
         store = RegistryStore(pool, SHARDS)
         for tenant in (EARLIER, WARM, OTHER):
             await store.create_tenant(tenant)
-            await store.apply([_every_second(tenant, "a"), _every_second(tenant, "b")])
+            await store.apply([upsert_op(tenant, _every_second(j), SHARDS) for j in ("a", "b")])
             await _runs_in_every_status(pool, tenant, "a")
         await pool.execute(
             "UPDATE jobs SET status = 'paused', version = version + 1"

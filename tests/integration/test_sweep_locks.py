@@ -13,11 +13,10 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from tickwheel.clock import now_ms
-from tickwheel.registry_api.document import Limits, parse_document, validate_job
-from tickwheel.registry_api.state import Op
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.shards import store
+
+from .conftest import upsert_op
 
 pytestmark = pytest.mark.integration
 
@@ -37,11 +36,8 @@ RUNS = {
 }
 
 
-def _job(tenant: str, job_id: str) -> Op:
-    doc = parse_document({"id": job_id, "schedule": "*/5 * * * *", "handler": "h.run"})
-    return Op(
-        "upsert", tenant, job_id, spec=validate_job(tenant, doc, Limits(shards=SHARDS), now_ms())
-    )
+def _every_five_minutes(job_id: str) -> dict[str, str]:
+    return {"id": job_id, "schedule": "*/5 * * * *", "handler": "h.run"}
 
 
 @pytest.fixture
@@ -60,7 +56,9 @@ async def test_the_sweeps_skip_runs_another_transaction_holds(
     tenant = f"t{uuid.uuid4().hex[:10]}"
     registry = RegistryStore(pool, SHARDS)
     await registry.create_tenant(tenant)
-    await registry.apply([_job(tenant, job_id) for job_id in RUNS])
+    await registry.apply(
+        [upsert_op(tenant, _every_five_minutes(job_id), SHARDS) for job_id in RUNS]
+    )
     for job_id, (status, attempt, max_attempts) in RUNS.items():
         await pool.execute(
             "INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, status,"
@@ -130,7 +128,9 @@ async def test_a_takeover_adopts_around_a_held_run_and_again_once_it_is_free(
     registry = RegistryStore(pool, SHARDS)
     await registry.create_tenant(tenant)
     jobs = ["free-1", "free-2", "held"]
-    await registry.apply([_job(tenant, job_id) for job_id in jobs])
+    await registry.apply(
+        [upsert_op(tenant, _every_five_minutes(job_id), SHARDS) for job_id in jobs]
+    )
     for job_id in jobs:
         await pool.execute(
             "INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, status,"
