@@ -15,7 +15,7 @@ from tickwheel.clock import format_ms, now_ms
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.store import RegistryStore
-from tickwheel.schedule import parse_instant
+from tickwheel.schedule import parse_cron, parse_instant
 from tickwheel.wire.responses import JobPreview
 
 pytestmark = pytest.mark.integration
@@ -125,6 +125,34 @@ async def test_an_h_job_is_resolved_from_its_own_key(client: httpx.AsyncClient) 
                 "text": f"minute {minute} is 'H', picked by hashing the key '{tenant}/spread'",
             }
         ]
+
+
+async def test_a_preview_never_names_another_tenants_key(
+    client: httpx.AsyncClient, store: RegistryStore, clock: Clock
+) -> None:
+    """Another tenant's job whose H resolves to the same minute as ours is previewed first (the
+    process's schedule cache then shares one evaluation between them): our preview still names
+    only our own key, in the key and in every reason."""
+    ours = client.headers["X-Test-Tenant"]
+    theirs = f"t-{uuid.uuid4().hex[:12]}"
+    their_key = await store.create_tenant(theirs)
+    twin = next(
+        f"twin-{i}"
+        for i in range(10_000)
+        if parse_cron("H 4 * * *", key=f"{theirs}/twin-{i}").resolved
+        == parse_cron("H 4 * * *", key=f"{ours}/spread").resolved
+    )
+    app = create_app(store, Limits(shards=SHARDS), clock=clock)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://registry.test",
+        headers={"Authorization": f"Bearer {their_key}"},
+    ) as other:
+        body = await _preview(other, {"id": twin, "schedule": "H 4 * * *", "handler": "a.b"}, 1)
+        assert body["key"] == f"{theirs}/{twin}"
+    body = await _preview(client, {"id": "spread", "schedule": "H 4 * * *", "handler": "a.b"}, 2)
+    assert body["key"] == f"{ours}/spread"
+    assert theirs not in str(body)
 
 
 async def test_an_overdue_job_gets_its_misfire_plan(

@@ -145,6 +145,23 @@ def test_schedule_accessor_returns_the_parsed_schedule() -> None:
     assert schedule.resolved == parse_cron("H H * * *", key="acme/x").resolved
 
 
+def test_schedule_accessor_names_the_asking_key_when_h_resolves_alike() -> None:
+    """Two tenants' jobs whose H minute resolves to the same value share an evaluation, but the
+    schedule handed to the second names its own key, not the first's (the preview reports it)."""
+    first = parse_cron("H 4 * * *", key="acme/a")
+    twin = next(
+        f"globex/j{i}"
+        for i in range(10_000)
+        if parse_cron("H 4 * * *", key=f"globex/j{i}").resolved == first.resolved
+    )
+    cache = ScheduleCache()
+    assert cache.schedule("H 4 * * *", "UTC", "acme/a").key == "acme/a"
+    schedule = cache.schedule("H 4 * * *", "UTC", twin)
+    assert (schedule.key, schedule.resolved) == (twin, first.resolved)
+    assert cache.stats().evaluations == 1  # still one evaluation for both
+    assert cache.schedule("0 4 * * *", "UTC", None).key is None
+
+
 @pytest.mark.parametrize("kwargs", [{"window": 1}, {"max_requests": 0}, {"max_evaluations": 0}])
 def test_limits_must_be_positive(kwargs: dict[str, int]) -> None:
     """Cache sizes below 1 and windows below 2 fire times are rejected."""

@@ -117,8 +117,17 @@ class ScheduleCache:
         dst_gap: str = "shift",
         dst_overlap: str = "first",
     ) -> CronSchedule:
-        """The parsed schedule for these settings (raises ScheduleError like `parse_cron`)."""
-        return self._evaluation(expr, tz, key, dst_gap, dst_overlap).schedule
+        """The parsed schedule for these settings, naming this key (raises ScheduleError like
+        `parse_cron`).
+
+        An evaluation is shared by every key whose `H` fields resolve alike, and its schedule
+        names the key that made it: a job whose H resolves like another job's (perhaps another
+        tenant's) gets its own parse, never the other key.
+        """
+        schedule = self._evaluation(expr, tz, key, dst_gap, dst_overlap).schedule
+        if schedule.key == key or not uses_key(expr):
+            return schedule
+        return parse_cron(expr, tz=tz, key=key, dst_gap=dst_gap, dst_overlap=dst_overlap)
 
     def next_after(
         self,
