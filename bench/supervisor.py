@@ -38,6 +38,7 @@ from types import TracebackType
 STOP_GRACE_S = 30.0  # seconds between SIGTERM and SIGKILL
 REAP_TIMEOUT_S = 10.0  # seconds a SIGKILLed child may take to be reaped
 LOG_TAIL_BYTES = 2000
+STACK_DUMP_TIMEOUT_S = 20.0  # seconds one `py-spy dump` may take
 PAGE_KIB = 1024
 WORKER_NAME_ENV = "TICKWHEEL_BENCH_WORKER"  # each child's name, read by handlers.py
 
@@ -230,6 +231,30 @@ class Supervisor:
         for child in chosen:
             del self.children[child.name]
         return {c.name: c.popen.returncode for c in chosen}
+
+    def dump_stacks(self) -> list[Path]:
+        """Each running child's Python stacks, every thread (`py-spy dump`), written to
+        `<name>.stacks` beside its log before a failed run stops them: what a hung loop was
+        waiting on. None without py-spy (on PATH or beside this interpreter)."""
+        beside = str(Path(sys.executable).parent)
+        spy = shutil.which("py-spy") or shutil.which("py-spy", path=beside)
+        if spy is None:
+            return []
+        written = []
+        for name, child in self.children.items():
+            if not child.alive():
+                continue
+            path = self.log_dir / f"{name}.stacks"
+            with path.open("wb") as sink, contextlib.suppress(subprocess.TimeoutExpired):
+                subprocess.run(
+                    [spy, "dump", "--pid", str(child.pid)],
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    timeout=STACK_DUMP_TIMEOUT_S,
+                    check=False,
+                )
+            written.append(path)
+        return written
 
     def rss(self, prefix: str) -> int:
         """Total resident memory of the running children whose name starts with `prefix`."""

@@ -252,6 +252,10 @@ class Deployment:
             for pid, how in self.procs.ended.items()
         }
 
+    def dump_stacks(self) -> list[Path]:
+        """The running processes' stacks beside their logs (Supervisor.dump_stacks)."""
+        return [] if self._procs is None else self._procs.dump_stacks()
+
     def stop_processes(self) -> None:
         if self._procs is not None:
             with contextlib.suppress(Exception):

@@ -257,6 +257,12 @@ class Harness:
         except KeyboardInterrupt:
             self.echo(f"interrupted: the report covers the {len(self.completed)} rounds done")
             return {**summarize(self.completed), "interrupted": True}
+        except Exception:
+            # Before the processes stop: what each was doing when the run failed (a hung
+            # loop logs nothing; its stacks show where it waits).
+            for path in self.deployment.dump_stacks():
+                self.echo(f"stacks of a running process: {path}")
+            raise
         finally:
             if self.own_stack:
                 self.echo("stopping the chaos deployment and its private stack")
