@@ -91,7 +91,7 @@ from tickwheel.registry_api.on_demand import (
 )
 from tickwheel.registry_api.state import Op, Outcome
 from tickwheel.registry_api.store import Applied, NewJobsPlan, RegistryStore, SigningKey
-from tickwheel.runtime import PartState
+from tickwheel.runtime import PartState, awaiting
 from tickwheel.signatures import (
     FUTURE_SKEW_MS,
     SIGNATURE_HEADER,
@@ -100,6 +100,7 @@ from tickwheel.signatures import (
     parse,
     verify,
 )
+from tickwheel.stall import StallWatch
 
 log = logging.getLogger("tickwheel.registry.intake")
 
@@ -109,12 +110,19 @@ REFUSED = {Outcome.NOT_FOUND: "no such job", Outcome.CONFLICT: "not allowed in t
 # A key longer than this is replaced by `sha256:<hex>` on the rejected topic: the key must not
 # crowd out the reason. Job ids are at most 128 characters, so only garbage is affected.
 REJECTION_KEY_MAX_BYTES = 4096
+STALL_S = 60.0  # default: how long registrations may wait unread before the part ends
+STALL_SAMPLES = 4  # samples of the topic per stall_s
+SAMPLE_TIMEOUT_MIN_S = 5.0  # a sample's broker calls may take this long at least
 _UNAVAILABLE = (
     *DB_ERRORS,
     TimeoutError,
     PublishError,  # the broker did not acknowledge: retry the batch
     KafkaException,
 )
+
+
+class IntakeStalled(RuntimeError):
+    """Registrations wait unread while the intake looks alive: the part ends (I9)."""
 
 
 def retryable(exc: BaseException) -> bool:
@@ -249,8 +257,13 @@ class RegistrationIntake:
         health: PartState | None = None,
         require_signature: bool = True,
         signature_window_s: int = SIGNATURE_WINDOW_S,
+        stall_s: float = STALL_S,
     ) -> None:
         self.store = store
+        self.stall_s = stall_s
+        # When the oldest batch the loop fetched and has not settled was fetched (monotonic);
+        # None while every fetched batch has settled, or been rewound to retry.
+        self._unsettled_since: float | None = None
         self.require_signature = require_signature
         self.signature_window_ms = signature_window_s * 1000
         self.registrations_topic = registrations_topic
@@ -298,12 +311,85 @@ class RegistrationIntake:
         consumed and validated (pure CPU), so the database's work and ours overlap. Batch N
         always settles (offsets stored, or a rewind) before N+1 is handed to the database, so
         offsets are stored in order and never ahead of the database (I5).
+
+        Beside the loop a watch samples the topic (`_watch`): registrations left unread for
+        `stall_s` end the part with `IntakeStalled`, so the process exits for its supervisor
+        to restart it instead of lingering half-dead (I9).
         """
         self.health.report(consuming=True)
+        loop = asyncio.create_task(self._loop(stop), name="intake-loop")
+        watch = asyncio.create_task(self._watch(stop, loop), name="intake-watch")
         try:
-            await self._loop(stop)
+            await asyncio.wait({loop, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if watch.done() and not loop.done():
+                watch.result()  # raises IntakeStalled (returns only once `stop` is set)
+            await loop
         finally:
+            for task in (watch, loop):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
             self.health.report(consuming=False)
+
+    async def _watch(self, stop: asyncio.Event, loop: asyncio.Task[None]) -> None:
+        """Every `stall_s / STALL_SAMPLES`, raise `IntakeStalled` if registrations have waited
+        `stall_s`: fetched by the loop and not settled (the loop waits on a call that does not
+        return), or unread on the topic (tickwheel/stall.py: the consumer no longer fetches, or
+        holds no partition while its group has messages), or if the consumer's I/O thread has
+        not answered a sample for that long. Nothing is judged while the loop backs off from a
+        failure it reports (`failing`), nor while the broker does not answer a sample."""
+        judge = StallWatch(self.stall_s)
+        period = self.stall_s / STALL_SAMPLES
+        timeout_s = max(period, SAMPLE_TIMEOUT_MIN_S)
+        answered = time.monotonic()
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), period)
+            if stop.is_set():
+                return
+            now = time.monotonic()
+            if self.health.detail.get("failing"):
+                judge.reset()
+                answered = now
+                continue
+            since = self._unsettled_since
+            if since is not None and now - since >= self.stall_s:
+                self._stalled(
+                    loop,
+                    f"a batch of registrations fetched {now - since:.0f} s ago has not settled",
+                )
+            try:
+                backlog = await asyncio.wait_for(
+                    self.source.backlog([self.registrations_topic], timeout_s), timeout_s
+                )
+            except TimeoutError:
+                if now - answered >= self.stall_s:
+                    silent = f"{now - answered:.0f} s"
+                    self._stalled(loop, f"the consumer's I/O thread has not answered for {silent}")
+                continue
+            except KafkaException as exc:
+                log.warning("could not sample the registrations topic: %s", exc)
+                judge.reset()
+                answered = time.monotonic()
+                continue
+            answered = time.monotonic()
+            stalls = judge.judge(backlog, answered)
+            if stalls:
+                held = sorted(f"{t}[{n}]" for t, n in backlog.held) or "none"
+                self._stalled(
+                    loop,
+                    "; ".join(stall.describe(answered) for stall in stalls)
+                    + f" (partitions held: {held})",
+                )
+
+    def _stalled(self, loop: asyncio.Task[None], what: str) -> None:
+        """Report the stall, log where the loop waits, and end the part."""
+        self.health.report(consuming=False, stalled=what)
+        log.error("registration intake stalled: %s; the loop waits at:\n%s", what, awaiting(loop))
+        raise IntakeStalled(
+            f"registration intake stalled: {what}; exiting for the supervisor to restart it"
+        )
 
     async def _loop(self, stop: asyncio.Event) -> None:
         try:
@@ -321,6 +407,9 @@ class RegistrationIntake:
         while inflight is not None or not stop.is_set():
             fail_point("intake_loop")
             messages: list[Message] = [] if stop.is_set() else await self.source.batch()
+            if messages and self._unsettled_since is None:
+                self._unsettled_since = time.monotonic()
+            fetched_at = time.monotonic()
             prepared: _Prepared | None = None
             unprepared: BaseException | None = None
             try:
@@ -340,9 +429,11 @@ class RegistrationIntake:
                     log.exception("registration batch failed; rewinding to retry it")
                     # The batch consumed meanwhile lies after the failed one: drop it too.
                     await self.source.rewind([*batch, *messages])
+                    self._unsettled_since = None
                     failures = await self._back_off(failures, exc)
                     continue
                 failures = 0
+                self._unsettled_since = fetched_at if messages else None
                 self.health.report(
                     consuming=True, failing=0, last_error=None, last_batch_at=_now_iso()
                 )
@@ -355,6 +446,7 @@ class RegistrationIntake:
                     exc_info=unprepared,
                 )
                 await self.source.rewind(messages)
+                self._unsettled_since = None
                 failures = await self._back_off(failures, unprepared)
                 continue
             if prepared is not None:

@@ -76,6 +76,7 @@ def make_intake(
         settings.intake_batch,
         require_signature=settings.intake_require_signature,
         signature_window_s=settings.intake_signature_window_s,
+        stall_s=settings.intake_stall_s,
         message_max_bytes=PRODUCER_MESSAGE_MAX_BYTES,
         health=health,
     )

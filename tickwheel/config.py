@@ -78,6 +78,14 @@ class Settings(BaseSettings):
         "key of their tenant (header tickwheel-signature); false only where the topic's "
         "producers are trusted (Kafka ACLs)",
     )
+    intake_stall_s: int = Field(
+        60,
+        ge=10,
+        le=3600,
+        description="how long registrations may wait unread on the topic while the intake "
+        "looks alive, seconds; then the intake ends and the registry exits (code 1) for its "
+        "supervisor to restart it",
+    )
     intake_signature_window_s: int = Field(
         86_400,
         ge=60,

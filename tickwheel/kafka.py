@@ -26,6 +26,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from tickwheel.stall import Backlog
+
 log = logging.getLogger("tickwheel.kafka")
 
 AUTO_COMMIT_INTERVAL_MS = 1000
@@ -248,6 +250,11 @@ class BatchConsumer:
         result: list[TopicPartition] = await self.call(self.consumer.assignment)
         return result
 
+    async def backlog(self, topics: Sequence[str], timeout_s: float) -> Backlog:
+        """Where consumption of `topics` stands (tickwheel/stall.py): asks the broker for each
+        partition's end and the group's committed offsets, between two `batch()` calls."""
+        return await self.call(self._backlog, topics, timeout_s)
+
     async def close(self) -> None:
         """Commit the stored offsets (and only those), leave the group, stop the I/O thread."""
         await self.call(self.consumer.close)
@@ -267,6 +274,34 @@ class BatchConsumer:
                 break
             raw.extend(more)
         return [m for m in raw if _usable(m)]
+
+    def _backlog(self, topics: Sequence[str], timeout_s: float) -> Backlog:
+        consumer = self.consumer
+        parts = [
+            TopicPartition(name, n)
+            for name in topics
+            for n in sorted(consumer.list_topics(name, timeout=timeout_s).topics[name].partitions)
+        ]
+        held = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+        starts, ends = {}, {}
+        for tp in parts:
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+            starts[tp.topic, tp.partition] = low
+            ends[tp.topic, tp.partition] = high
+        reached = {
+            (tp.topic, tp.partition): tp.offset
+            for tp in consumer.committed(parts, timeout=timeout_s)
+            if tp.offset >= 0
+        }
+        if held:
+            mine = [TopicPartition(t, p) for t, p in held]
+            positions = consumer.position(mine)
+            reached.update(
+                {(tp.topic, tp.partition): tp.offset for tp in positions if tp.offset >= 0}
+            )
+        return Backlog(
+            frozenset(held), {tp: reached.get(tp, start) for tp, start in starts.items()}, ends
+        )
 
     def _store(self, messages: Sequence[Message]) -> None:
         offsets = [TopicPartition(t, p, o + 1) for (t, p), o in _edges(messages, max).items()]

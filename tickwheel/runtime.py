@@ -31,6 +31,23 @@ def tune_gc() -> None:
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
+def awaiting(task: asyncio.Task[Any]) -> str:
+    """Where a suspended task waits, outermost first: each coroutine down its `await` chain
+    (file:line in function), then what the innermost awaits (a future's repr). For logs of a
+    task that stopped making progress; `Task.print_stack` shows only the outermost frame."""
+    lines = []
+    step: Any = task.get_coro()
+    while step is not None:
+        frame = getattr(step, "cr_frame", None) or getattr(step, "gi_frame", None)
+        if frame is None:
+            lines.append(f"  awaiting a {type(step).__name__}")
+            break
+        code = frame.f_code
+        lines.append(f"  {code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        step = getattr(step, "cr_await", None) or getattr(step, "gi_yieldfrom", None)
+    return "\n".join(lines)
+
+
 # --- the process runner ------------------------------------------------------------------------
 #
 # Every long-running command (registry, scheduler, worker) runs its parts as named asyncio tasks

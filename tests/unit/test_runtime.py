@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from tickwheel.runtime import EXIT_OK, EXIT_PART_DIED, Process
+from tickwheel.runtime import EXIT_OK, EXIT_PART_DIED, Process, awaiting
 
 pytestmark = pytest.mark.unit
 
@@ -78,3 +78,24 @@ async def test_part_ignoring_stop_is_cancelled_after_grace() -> None:
     proc.spawn("stubborn", stubborn())
     proc.request_stop()
     assert await asyncio.wait_for(proc.run(signals=False, grace_s=0.05), 5) == EXIT_OK
+
+
+async def test_awaiting_names_every_coroutine_down_the_chain() -> None:
+    """A hung task's log line says where it waits, not only its outermost frame."""
+    never = asyncio.Event()
+
+    async def innermost() -> None:
+        await never.wait()
+
+    async def middle() -> None:
+        await innermost()
+
+    task = asyncio.create_task(middle())
+    await asyncio.sleep(0)
+    where = awaiting(task).splitlines()
+    assert [line.rsplit(" in ", 1)[-1] for line in where[:3]] == ["middle", "innermost", "wait"]
+    assert where[0].startswith(f"  {__file__}:")
+    assert where[-1].startswith("  awaiting a ")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

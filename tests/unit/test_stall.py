@@ -1,0 +1,82 @@
+"""The stall judgement (tickwheel/stall.py): waiting messages unread for `after_s` are a stall;
+nothing waiting, a moving position, a transactional tail, or another member's partitions are
+not."""
+
+from __future__ import annotations
+
+import pytest
+
+from tickwheel.stall import Backlog, StallWatch
+
+pytestmark = pytest.mark.unit
+
+A, B = ("regs", 0), ("regs", 1)
+
+
+def _backlog(held: set[tuple[str, int]], reached: dict, ends: dict) -> Backlog:
+    return Backlog(frozenset(held), reached, ends)
+
+
+def test_waiting_messages_unread_for_the_window_are_a_stall() -> None:
+    watch = StallWatch(after_s=60)
+    sample = _backlog({A, B}, {A: 10, B: 5}, {A: 14, B: 5})
+    assert watch.judge(sample, 0) == []
+    assert watch.judge(sample, 59.9) == []
+    [stall] = watch.judge(sample, 60)
+    assert (stall.topic, stall.partition, stall.held, stall.reached, stall.waiting) == (
+        "regs", 0, True, 10, 4,
+    )  # fmt: skip
+    assert stall.describe(60) == (
+        "regs[0] (held by this consumer): 4 message(s) waiting after offset 10, unread for 60 s"
+    )
+
+
+def test_a_moving_position_restarts_the_window() -> None:
+    watch = StallWatch(after_s=60)
+    watch.judge(_backlog({A}, {A: 10}, {A: 20}), 0)
+    watch.judge(_backlog({A}, {A: 12}, {A: 30}), 45)  # read two: progress
+    assert watch.judge(_backlog({A}, {A: 12}, {A: 30}), 100) == []  # 55 s since the move
+    assert len(watch.judge(_backlog({A}, {A: 12}, {A: 30}), 105)) == 1
+
+
+def test_nothing_waiting_is_never_a_stall() -> None:
+    """An idle consumer at the end of its partitions, as long as it likes; librdkafka's
+    position past a transaction's marker or aborted records is the partition's end too."""
+    watch = StallWatch(after_s=60)
+    for now in (0, 100, 1000):
+        assert watch.judge(_backlog({A}, {A: 18}, {A: 18}), now) == []
+
+
+def test_a_gap_in_the_waiting_restarts_the_window() -> None:
+    watch = StallWatch(after_s=60)
+    watch.judge(_backlog({A}, {A: 10}, {A: 11}), 0)
+    watch.judge(_backlog({A}, {A: 11}, {A: 11}), 30)  # read up
+    watch.judge(_backlog({A}, {A: 11}, {A: 12}), 40)  # a new one arrives
+    assert watch.judge(_backlog({A}, {A: 11}, {A: 12}), 80) == []
+    assert len(watch.judge(_backlog({A}, {A: 11}, {A: 12}), 100)) == 1
+
+
+def test_other_members_partitions_are_not_judged_while_this_one_holds_some() -> None:
+    watch = StallWatch(after_s=60)
+    sample = _backlog({A}, {A: 5, B: 0}, {A: 5, B: 9})  # B waits, but B is not ours
+    assert watch.judge(sample, 0) == [] and watch.judge(sample, 120) == []
+
+
+def test_holding_nothing_while_the_group_has_messages_is_a_stall() -> None:
+    """No partition held: the group's committed offsets stand for whoever should read them."""
+    watch = StallWatch(after_s=60)
+    sample = _backlog(set(), {A: 5, B: 3}, {A: 5, B: 9})
+    watch.judge(sample, 0)
+    [stall] = watch.judge(sample, 61)
+    assert (stall.partition, stall.held, stall.waiting) == (1, False, 6)
+    assert "held by no one this consumer sees" in stall.describe(61)
+
+
+def test_reset_forgets_what_was_seen() -> None:
+    """While the loop backs off from a failure it reports, the window starts again after."""
+    watch = StallWatch(after_s=60)
+    sample = _backlog({A}, {A: 1}, {A: 2})
+    watch.judge(sample, 0)
+    watch.reset()
+    assert watch.judge(sample, 70) == []
+    assert len(watch.judge(sample, 130)) == 1

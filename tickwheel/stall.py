@@ -1,0 +1,89 @@
+"""Telling a consumer that has stopped consuming from one that has nothing to consume.
+
+A group consumer can stop consuming without any error reaching its loop: librdkafka rejoining a
+group after its coordinator moved, or the loop itself waiting on a call that never returns.
+Neither ends the process, and /healthz would go on saying ok. The judgement here is pure, fed
+samples of the consumer's topics (`Backlog`, from `BatchConsumer.backlog`) taken on a timer:
+
+* a partition the consumer holds is **stalled** when its messages wait beyond the consumer's
+  position and the position has not moved for `after_s` (librdkafka's position passes
+  transaction markers and aborted records, so a topic fed by transactional producers does not
+  look stalled at its tail);
+* a partition it does not hold is judged only while the consumer holds none at all: the
+  group's committed offset then stands for whoever should consume it, stalled the same way.
+  (While the consumer holds some, the others are other members' to judge.)
+
+A sample taken while the loop is backing off from a failure it already reports (the database
+down) is not judged: `reset` forgets what was seen, and the failure is on /healthz already.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """One sample of a consumer's topics: per partition, the offset consumption has reached
+    (the consumer's position where it holds the partition, else the group's committed offset,
+    else the partition's start) and the partition's end."""
+
+    held: frozenset[TopicPartitionKey]
+    reached: dict[TopicPartitionKey, int]
+    ends: dict[TopicPartitionKey, int]
+
+    def waiting(self) -> dict[TopicPartitionKey, int]:
+        """Messages waiting per partition that has any."""
+        return {
+            tp: end - self.reached.get(tp, 0)
+            for tp, end in self.ends.items()
+            if end > self.reached.get(tp, 0)
+        }
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A partition whose messages have waited, unread, since `since` (monotonic seconds)."""
+
+    topic: str
+    partition: int
+    held: bool
+    reached: int
+    waiting: int
+    since: float
+
+    def describe(self, now: float) -> str:
+        whose = "held by this consumer" if self.held else "held by no one this consumer sees"
+        return (
+            f"{self.topic}[{self.partition}] ({whose}): {self.waiting} message(s) waiting "
+            f"after offset {self.reached}, unread for {now - self.since:.0f} s"
+        )
+
+
+@dataclass
+class StallWatch:
+    """Judges successive samples; `after_s`: how long waiting messages may stay unread."""
+
+    after_s: float
+    _seen: dict[TopicPartitionKey, tuple[int, float]] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        self._seen.clear()
+
+    def judge(self, backlog: Backlog, now: float) -> list[Stall]:
+        """The partitions stalled as of this sample (taken at `now`, monotonic seconds)."""
+        judged = set(backlog.held) if backlog.held else set(backlog.ends)
+        waiting = {tp: n for tp, n in backlog.waiting().items() if tp in judged}
+        seen: dict[TopicPartitionKey, tuple[int, float]] = {}
+        stalls = []
+        for tp, count in waiting.items():
+            reached = backlog.reached.get(tp, 0)
+            before = self._seen.get(tp)
+            since = before[1] if before is not None and before[0] == reached else now
+            seen[tp] = (reached, since)
+            if now - since >= self.after_s:
+                stalls.append(Stall(tp[0], tp[1], tp in backlog.held, reached, count, since))
+        self._seen = seen
+        return stalls
