@@ -27,7 +27,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -168,10 +168,13 @@ class Supervisor:
         self.children[name] = child
         return child
 
-    def _note_exits(self) -> list[Child]:
-        """Children that ended without the supervisor ending them (now noted as died)."""
+    def _note_exits(self, names: Collection[str] | None = None) -> list[Child]:
+        """Children (of `names`, or all) that ended without the supervisor ending them (now
+        noted as died)."""
         found = []
         for child in self.children.values():
+            if names is not None and child.name not in names:
+                continue
             if child.popen.poll() is not None and child.pid not in self.ended:
                 self.ended[child.pid] = Ending.DIED
                 found.append(child)
@@ -188,10 +191,11 @@ class Supervisor:
                     + child.tail()
                 )
 
-    def exited(self) -> list[Child]:
-        """The children that exited on their own since the last call, now forgotten, so that
-        the harness may start them again (their exit code: `child.popen.returncode`)."""
-        found = self._note_exits()
+    def exited(self, names: Collection[str] | None = None) -> list[Child]:
+        """The children (of `names`, or all) that exited on their own since the last call, now
+        forgotten, so that the harness may start them again (their exit code:
+        `child.popen.returncode`)."""
+        found = self._note_exits(names)
         for child in found:
             del self.children[child.name]
         return found

@@ -74,6 +74,7 @@ from tickwheel.kafka import (
     Outgoing,
     PublishError,
     publish_reports,
+    topic_offsets,
     value_room,
 )
 from tickwheel.registry_api.auth import KEY_CACHE_TTL_S
@@ -100,7 +101,7 @@ from tickwheel.signatures import (
     parse,
     verify,
 )
-from tickwheel.stall import StallWatch
+from tickwheel.stall import Backlog, StallWatch
 
 log = logging.getLogger("tickwheel.registry.intake")
 
@@ -249,6 +250,7 @@ class RegistrationIntake:
         limits: Limits,
         consumer: Consumer,
         producer: Producer,
+        probe: Consumer,
         registrations_topic: str,
         rejected_topic: str,
         batch_size: int,
@@ -289,6 +291,10 @@ class RegistrationIntake:
         # Called with each settled batch's report (metrics, benchmarks).
         self.on_batch: Callable[[BatchReport], None] | None = None
         self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-validate")
+        # The watch's own client of the group (never subscribed) and its thread: the broker's
+        # answers about the topic never wait in the consumer's I/O thread.
+        self.probe = probe
+        self._probing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-probe")
 
     # Rebalance callbacks (on the consumer's I/O thread): incremental with cooperative-sticky.
 
@@ -360,27 +366,33 @@ class RegistrationIntake:
                     f"a batch of registrations fetched {now - since:.0f} s ago has not settled",
                 )
             try:
-                backlog = await asyncio.wait_for(
-                    self.source.backlog([self.registrations_topic], timeout_s), timeout_s
-                )
+                held, positions = await asyncio.wait_for(self.source.holding(), timeout_s)
             except TimeoutError:
                 if now - answered >= self.stall_s:
                     silent = f"{now - answered:.0f} s"
                     self._stalled(loop, f"the consumer's I/O thread has not answered for {silent}")
                 continue
+            answered = time.monotonic()
+            try:
+                starts, ends, committed = await asyncio.get_running_loop().run_in_executor(
+                    self._probing,
+                    topic_offsets,
+                    self.probe,
+                    [self.registrations_topic],
+                    timeout_s,
+                )
             except KafkaException as exc:
                 log.warning("could not sample the registrations topic: %s", exc)
                 judge.reset()
-                answered = time.monotonic()
                 continue
-            answered = time.monotonic()
-            stalls = judge.judge(backlog, answered)
+            backlog = Backlog.of(held, positions, starts, ends, committed)
+            stalls = judge.judge(backlog, time.monotonic())
             if stalls:
-                held = sorted(f"{t}[{n}]" for t, n in backlog.held) or "none"
+                holds = sorted(f"{t}[{n}]" for t, n in held) or "none"
                 self._stalled(
                     loop,
-                    "; ".join(stall.describe(answered) for stall in stalls)
-                    + f" (partitions held: {held})",
+                    "; ".join(stall.describe(time.monotonic()) for stall in stalls)
+                    + f" (partitions held: {holds})",
                 )
 
     def _stalled(self, loop: asyncio.Task[None], what: str) -> None:
@@ -464,6 +476,8 @@ class RegistrationIntake:
         # close() commits the stored offsets (and only those) and leaves the group.
         await self.source.close()
         self._cpu.shutdown(wait=True)
+        self._probing.shutdown(wait=True)
+        await asyncio.to_thread(self.probe.close)
 
     async def prepare(self, messages: Sequence[Message]) -> _Prepared:
         """Step 1: decode and validate; no job is written here (the message ids of signed

@@ -71,6 +71,12 @@ def make_intake(
         ),
         # Set explicitly: the intake sizes every rejection to fit under it.
         producer(settings.effective_kafka, **{"message.max.bytes": PRODUCER_MESSAGE_MAX_BYTES}),
+        # The stall watch's probe: the same group, never subscribed, committing nothing.
+        consumer(
+            settings.effective_kafka,
+            intake_group(settings),
+            **{"client.id": "registry-probe", "enable.auto.commit": False},
+        ),
         topics.registrations,
         topics.rejected,
         settings.intake_batch,

@@ -26,8 +26,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from tickwheel.stall import Backlog
-
 log = logging.getLogger("tickwheel.kafka")
 
 AUTO_COMMIT_INTERVAL_MS = 1000
@@ -250,10 +248,11 @@ class BatchConsumer:
         result: list[TopicPartition] = await self.call(self.consumer.assignment)
         return result
 
-    async def backlog(self, topics: Sequence[str], timeout_s: float) -> Backlog:
-        """Where consumption of `topics` stands (tickwheel/stall.py): asks the broker for each
-        partition's end and the group's committed offsets, between two `batch()` calls."""
-        return await self.call(self._backlog, topics, timeout_s)
+    async def holding(self) -> tuple[frozenset[tuple[str, int]], dict[tuple[str, int], int]]:
+        """The partitions this consumer holds and its position in each (known ones): local
+        state, no broker round trip, so a sample never keeps the I/O thread from `consume()`
+        — which serves the group's rebalances — for longer than one `batch()`."""
+        return await self.call(self._holding)
 
     async def close(self) -> None:
         """Commit the stored offsets (and only those), leave the group, stop the I/O thread."""
@@ -275,32 +274,12 @@ class BatchConsumer:
             raw.extend(more)
         return [m for m in raw if _usable(m)]
 
-    def _backlog(self, topics: Sequence[str], timeout_s: float) -> Backlog:
-        consumer = self.consumer
-        parts = [
-            TopicPartition(name, n)
-            for name in topics
-            for n in sorted(consumer.list_topics(name, timeout=timeout_s).topics[name].partitions)
-        ]
-        held = {(tp.topic, tp.partition) for tp in consumer.assignment()}
-        starts, ends = {}, {}
-        for tp in parts:
-            low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
-            starts[tp.topic, tp.partition] = low
-            ends[tp.topic, tp.partition] = high
-        reached = {
-            (tp.topic, tp.partition): tp.offset
-            for tp in consumer.committed(parts, timeout=timeout_s)
-            if tp.offset >= 0
-        }
-        if held:
-            mine = [TopicPartition(t, p) for t, p in held]
-            positions = consumer.position(mine)
-            reached.update(
-                {(tp.topic, tp.partition): tp.offset for tp in positions if tp.offset >= 0}
-            )
-        return Backlog(
-            frozenset(held), {tp: reached.get(tp, start) for tp, start in starts.items()}, ends
+    def _holding(self) -> tuple[frozenset[tuple[str, int]], dict[tuple[str, int], int]]:
+        held = self.consumer.assignment()
+        positions = self.consumer.position(held) if held else []
+        return (
+            frozenset((tp.topic, tp.partition) for tp in held),
+            {(tp.topic, tp.partition): tp.offset for tp in positions if tp.offset >= 0},
         )
 
     def _store(self, messages: Sequence[Message]) -> None:
@@ -351,6 +330,31 @@ def _edges(
         offset = msg.offset() or 0
         edges[key] = pick(edges.get(key, offset), offset)
     return edges
+
+
+def topic_offsets(
+    probe: Consumer, topics: Sequence[str], timeout_s: float
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+    """Per partition of `topics`: its start, its end, and the probe's group's committed offset
+    (where one was committed), asked of the broker. `probe` is a consumer of the group that
+    never subscribes (so it never joins): a consumer whose coordinator connection is stuck
+    would wait on these calls as it waits on its rejoin. Blocking; raises KafkaException."""
+    parts = [
+        TopicPartition(name, n)
+        for name in topics
+        for n in sorted(probe.list_topics(name, timeout=timeout_s).topics[name].partitions)
+    ]
+    starts, ends = {}, {}
+    for tp in parts:
+        starts[tp.topic, tp.partition], ends[tp.topic, tp.partition] = probe.get_watermark_offsets(
+            tp, timeout=timeout_s, cached=False
+        )
+    committed = {
+        (tp.topic, tp.partition): tp.offset
+        for tp in probe.committed(parts, timeout=timeout_s)
+        if tp.offset >= 0
+    }
+    return starts, ends, committed
 
 
 class ContiguousOffsets:

@@ -34,6 +34,21 @@ class Backlog:
     reached: dict[TopicPartitionKey, int]
     ends: dict[TopicPartitionKey, int]
 
+    @classmethod
+    def of(
+        cls,
+        held: frozenset[TopicPartitionKey],
+        positions: dict[TopicPartitionKey, int],
+        starts: dict[TopicPartitionKey, int],
+        ends: dict[TopicPartitionKey, int],
+        committed: dict[TopicPartitionKey, int],
+    ) -> Backlog:
+        """A sample from the consumer's own state (held partitions, its positions) and the
+        broker's answers (each partition's start and end, the group's committed offsets)."""
+        # A position is known only for a held partition: elsewhere the group's offset stands.
+        reached = {tp: positions.get(tp, committed.get(tp, start)) for tp, start in starts.items()}
+        return cls(held, reached, ends)
+
     def waiting(self) -> dict[TopicPartitionKey, int]:
         """Messages waiting per partition that has any."""
         return {

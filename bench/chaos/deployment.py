@@ -40,6 +40,7 @@ SHARDS = 8
 PARTITIONS = 4
 ZK_SESSION_MS = 4000  # the private ZooKeeper's minimum (2 x its 500 ms... bounded at 1 s min)
 KAFKA_SESSION_MS = 6000  # the smallest consumer group session the settings accept
+INTAKE_STALL_S = 20  # seconds a stalled registry intake waits before it exits (floor: 10)
 SINGLE, REPLICATED = "single", "replicated"
 STACKS = (SINGLE, REPLICATED)
 DB_NAME = "tickwheel"
@@ -164,6 +165,9 @@ class Deployment:
                 "TICKWHEEL_WORKER_GRACE_S": "2",
                 "TICKWHEEL_WORKER_CONCURRENCY": "16",
                 "TICKWHEEL_INTAKE_REQUIRE_SIGNATURE": "false",  # its only producer: us, unsigned
+                # A stalled intake exits at this (the harness restarts it at once, as a
+                # supervisor would), well inside a round's 60 s wait for its registrations.
+                "TICKWHEEL_INTAKE_STALL_S": str(INTAKE_STALL_S),
                 DIR_ENV: str(self.root),
             }
         )

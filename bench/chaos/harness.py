@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import random
 import time
@@ -70,6 +71,7 @@ PHASES = ("burst", "steady")
 VICTIMS = 6  # the plan draws a victim index below this: fair over two processes or three
 BURST_LEAD_MS = 3000  # the burst falls due this long after its registrations are sent
 REGISTER_TIMEOUT_S = 60.0
+REVIVE_EVERY_S = 1.0  # how often a round looks for a registry that exited on its own
 STEADY_AFTER_FAULT_S = 3.0  # steady load keeps running this long after a fault has healed
 STEADY_JUDGED_MS = 7000  # steady load after the jobs landed: 2 judged seconds past the margins
 DRAIN_TIMEOUT_S = 60.0  # the bound of "lost": no terminal state this long after the round
@@ -440,6 +442,8 @@ class Harness:
             else:
                 moment_ms = burst_ms + self.rng.randint(2000, 3500)
             fault_task = asyncio.create_task(self._fault_at(kind, moment_ms, ctx))
+        revived: dict[str, int] = {}
+        reviver = asyncio.create_task(self._revive_meanwhile({"registry"}, revived))
         pause = asyncio.create_task(self._pause_later(workload, burst_ms + PAUSE_AFTER_BURST_MS))
         landed_ms = await self._registered(workload)
         events: list[FaultEvent] = await fault_task
@@ -457,7 +461,10 @@ class Harness:
         events = [dataclasses.replace(e, until_ms=deleted_ms) for e in events]
         expected = workload.expected(landed_ms, deleted_ms, paused_ms)
         unfinished = await self._drain(tenant, expected)
-        exited = self._revive()
+        reviver.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reviver
+        exited = {**revived, **self._revive()}
         end_ms = now_ms()
         rows = [
             RunRow(tenant, **dict(r)) for r in await dep.fetch(QUERIES["bench_ledger_runs"], tenant)
@@ -531,11 +538,21 @@ class Harness:
             await asyncio.sleep(0.5)
         return int(left)
 
-    def _revive(self) -> dict[str, int]:
-        """Processes that exited on their own (a finding: I9 says they must not linger
-        half-dead, and after a service restart they should reconnect), started again."""
+    async def _revive_meanwhile(self, names: set[str], exited: dict[str, int]) -> None:
+        """During a round, start `names` again as soon as one exits on its own, as a supervisor
+        would (a registry whose intake stalled exits for that, and the round waits for its
+        registrations); each exit is added to `exited`. Workers and schedulers are revived at
+        the round's end only: the faults that crash them restart them themselves."""
+        while True:
+            exited.update(self._revive(names))
+            await asyncio.sleep(REVIVE_EVERY_S)
+
+    def _revive(self, names: set[str] | None = None) -> dict[str, int]:
+        """Processes (of `names`, or all) that exited on their own (a finding: I9 says they must
+        not linger half-dead, and after a service restart they should reconnect), started
+        again."""
         exited = {}
-        for child in self.deployment.procs.exited():
+        for child in self.deployment.procs.exited(names):
             exited[child.name] = child.popen.returncode
             self.echo(
                 f"  {child.name} exited on its own with {exited[child.name]}: {child.tail(3)}"

@@ -80,3 +80,18 @@ def test_reset_forgets_what_was_seen() -> None:
     watch.reset()
     assert watch.judge(sample, 70) == []
     assert len(watch.judge(sample, 130)) == 1
+
+
+def test_a_sample_reads_held_partitions_by_position_and_the_rest_by_the_groups_offset() -> None:
+    """Held: the consumer's position (past a transaction's marker: the end); held but no
+    position yet, or not held: the group's committed offset; none committed: the start."""
+    C = ("regs", 2)
+    sample = Backlog.of(
+        held=frozenset({A, B}),
+        positions={A: 18},
+        starts={A: 0, B: 3, C: 5},
+        ends={A: 18, B: 9, C: 7},
+        committed={A: 12, B: 4},
+    )
+    assert sample.reached == {A: 18, B: 4, C: 5}
+    assert sample.waiting() == {B: 5, C: 2}
