@@ -141,7 +141,7 @@ class PartHealth(BaseModel):
     detail: dict[str, Any] = Field(
         default_factory=dict,
         description="the part's own state; the intake: consuming, last_batch_at, partitions, "
-        "failing, last_error",
+        "failing, last_error, and stalled once its watch has ended it",
     )
 
 
