@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from tickwheel.bench.chaos.checker import (
     VERDICTS,
@@ -182,6 +182,20 @@ class RunTopics:
 SKIP_PATIENCE_S = 30.0  # several consumer sessions of the chaos deployment's workers
 
 
+def _committed(probe: Consumer, parts: list[TopicPartition]) -> list[TopicPartition]:
+    """`parts` with the group's committed offsets. A stack just started (or a broker just
+    killed) answers "not coordinator" or "coordinator load in progress" for a while: those are
+    retried until SKIP_PATIENCE_S, anything else raises at once."""
+    deadline = time.monotonic() + SKIP_PATIENCE_S
+    while True:
+        try:
+            return probe.committed(parts, timeout=10)
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
 def skip_to_ends(
     kafka: str, group: str, topics: list[str]
 ) -> tuple[dict[tuple[str, int], int], int]:
@@ -204,7 +218,7 @@ def skip_to_ends(
         }
         unread = sum(  # a partition the group never committed reads from its start (0 here)
             max(0, ends[tp.topic, tp.partition] - max(tp.offset, 0))
-            for tp in probe.committed(parts, timeout=10)
+            for tp in _committed(probe, parts)
         )
         offsets = [TopicPartition(t, p, end) for (t, p), end in ends.items()]
         # The broker takes a commit from outside the group only while the group is empty: a
