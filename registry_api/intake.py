@@ -101,7 +101,7 @@ from tickwheel.signatures import (
     parse,
     verify,
 )
-from tickwheel.stall import Backlog, StallWatch
+from tickwheel.stall import SAMPLE_TIMEOUT_MIN_S, STALL_SAMPLES, Backlog, StallWatch
 
 log = logging.getLogger("tickwheel.registry.intake")
 
@@ -112,8 +112,6 @@ REFUSED = {Outcome.NOT_FOUND: "no such job", Outcome.CONFLICT: "not allowed in t
 # crowd out the reason. Job ids are at most 128 characters, so only garbage is affected.
 REJECTION_KEY_MAX_BYTES = 4096
 STALL_S = 60.0  # default: how long registrations may wait unread before the part ends
-STALL_SAMPLES = 4  # samples of the topic per stall_s
-SAMPLE_TIMEOUT_MIN_S = 5.0  # a sample's broker calls may take this long at least
 _UNAVAILABLE = (
     *DB_ERRORS,
     TimeoutError,

@@ -204,6 +204,14 @@ class Settings(BaseSettings):
         ge=1,
         description="deliveries a worker holds per priority before pausing that topic's partitions",
     )
+    worker_stall_s: int = Field(
+        60,
+        ge=10,
+        le=3600,
+        description="how long a worker may stay out of its group, or leave messages unread "
+        "past its position on a run partition it holds and fetches, while it looks alive, "
+        "seconds; then it exits (code 1) for its supervisor to restart it",
+    )
     worker_batch: int = Field(
         500, ge=1, le=100_000, description="messages per fetch and results per database write"
     )

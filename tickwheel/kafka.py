@@ -357,6 +357,13 @@ def topic_offsets(
     return starts, ends, committed
 
 
+def group_members(admin: AdminClient, group: str, timeout_s: float) -> frozenset[str]:
+    """The client ids of `group`'s members, asked of its coordinator. Blocking; raises
+    KafkaException."""
+    future = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
+    return frozenset(member.client_id for member in future.result(timeout=timeout_s).members)
+
+
 class ContiguousOffsets:
     """Per partition, the next offset that may be committed when messages finish out of order.
 

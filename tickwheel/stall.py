@@ -14,6 +14,12 @@ and the broker's answers, `kafka.topic_offsets`) taken on a timer:
   group's committed offset then stands for whoever should consume it, stalled the same way.
   (While the consumer holds some, the others are other members' to judge.)
 
+A worker judges only the partitions it holds and fetches (`Backlog.only`): a level it paused
+because its queue is full waits legitimately, and a partition it does not hold may belong to a
+busy member whose committed offset rightly stands still. What would show a worker out of its
+group is asked of the broker instead: a consumer absent from its group's members for `after_s`
+is stalled (`Absence`).
+
 A sample taken while the loop is backing off from a failure it already reports (the database
 down) is not judged: `reset` forgets what was seen, and the failure is on /healthz already.
 """
@@ -23,6 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 TopicPartitionKey = tuple[str, int]
+
+STALL_SAMPLES = 4  # samples per stall window
+SAMPLE_TIMEOUT_MIN_S = 5.0  # a sample's broker calls may take this long at least
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,15 @@ class Backlog:
         # A position is known only for a held partition: elsewhere the group's offset stands.
         reached = {tp: positions.get(tp, committed.get(tp, start)) for tp, start in starts.items()}
         return cls(held, reached, ends)
+
+    def only(self, judged: frozenset[TopicPartitionKey]) -> Backlog:
+        """This sample cut to the partitions in `judged` (a worker judges only the held
+        partitions it fetches: one it paused on purpose waits legitimately)."""
+        return Backlog(
+            self.held & judged,
+            {tp: n for tp, n in self.reached.items() if tp in judged},
+            {tp: n for tp, n in self.ends.items() if tp in judged},
+        )
 
     def waiting(self) -> dict[TopicPartitionKey, int]:
         """Messages waiting per partition that has any."""
@@ -103,3 +121,25 @@ class StallWatch:
                 stalls.append(Stall(tp[0], tp[1], tp in backlog.held, reached, count, since))
         self._seen = seen
         return stalls
+
+
+@dataclass
+class Absence:
+    """Judges successive answers to "is this consumer a member of its group?": absent from
+    every answer for `after_s` is a stall (a consumer stuck rejoining its group holds nothing,
+    and no other sample of its own state says so)."""
+
+    after_s: float
+    _since: float | None = None
+
+    def reset(self) -> None:
+        self._since = None
+
+    def judge(self, present: bool, now: float) -> float | None:
+        """When the absence began, once it has lasted `after_s`; else None."""
+        if present:
+            self._since = None
+            return None
+        if self._since is None:
+            self._since = now
+        return self._since if now - self._since >= self.after_s else None

@@ -15,6 +15,9 @@ with exit 1):
                steps below)
     heartbeat  (here) every lease/3, extends the lease of every run this worker holds
     caps       (workers/tenant_caps.py) every 2 s, reads which tenants have a cluster-wide cap
+    watch      (workers/watch.py) every worker_stall_s / 4, asks the broker whether this
+               worker still consumes: one that stopped (out of its group, or its fetched
+               partitions still while messages wait) ends for its supervisor to restart it
 
 A delivery's path, and why a crash at any step loses nothing (I4, I5, I7):
 
@@ -81,12 +84,13 @@ from confluent_kafka import (
     Consumer,
     Producer,
 )
+from confluent_kafka.admin import AdminClient
 
 from tickwheel.clock import now_ms
 from tickwheel.config import Settings
 from tickwheel.db import DB_ERRORS
 from tickwheel.deployment import worker_group
-from tickwheel.domain import RunStatus
+from tickwheel.domain import PRIORITIES, RunStatus
 from tickwheel.envelopes import RunEnvelope, UnreadableRun, cut_text
 from tickwheel.kafka import (
     PRODUCER_MESSAGE_MAX_BYTES,
@@ -109,6 +113,7 @@ from tickwheel.workers.record import Failed, Recorder, decided
 from tickwheel.workers.store import Claim, JobContent, Keys, RunId, RunStore
 from tickwheel.workers.targets import HttpTargets, TargetPolicy
 from tickwheel.workers.tenant_caps import TenantCaps
+from tickwheel.workers.watch import ConsumerWatch
 
 log = logging.getLogger("tickwheel.worker")
 
@@ -124,6 +129,11 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+def client_id(worker_id: str) -> str:
+    """The worker's consumer's client.id: how its group's member list names it."""
+    return f"worker-{worker_id}"
+
+
 class Worker:
     def __init__(
         self,
@@ -133,12 +143,16 @@ class Worker:
         producer: Producer,
         worker_id: str,
         *,
+        probe: Consumer,
+        admin: AdminClient,
         concurrency: int | None = None,
         metrics: WorkerMetrics | None = None,
         run_seal: RunSeal | None = None,
     ) -> None:
         """`run_seal`: the deployment's run seal (tickwheel/run_seal.py); None: no delivery
-        counts as sealed, and every claim reads what to run from the job's row."""
+        counts as sealed, and every claim reads what to run from the job's row. `probe` (a
+        consumer of the workers' group that never subscribes) and `admin`: the watch's own
+        clients of the broker."""
         self.settings = settings
         self.worker_id = worker_id
         self.concurrency = concurrency or settings.worker_concurrency
@@ -203,6 +217,16 @@ class Worker:
             batch_size=settings.worker_batch,
         )
         self.recorded = self.recorder.done
+        self.watch = ConsumerWatch(
+            self.source,
+            lambda: {self.topics.runs(level) for level in self.fetcher.paused},
+            [self.topics.runs(level) for level in PRIORITIES],
+            probe,
+            admin,
+            worker_group(settings.topic_prefix),
+            client_id(worker_id),
+            settings.worker_stall_s,
+        )
 
     def start(self, process: Process) -> None:
         process.spawn("fetch", self.fetcher.run(process.stop, self.wake))
@@ -210,6 +234,7 @@ class Worker:
         process.spawn("record", self.recorder.run(self.executions_done))
         process.spawn("heartbeat", self.heartbeat())
         process.spawn("caps", self.caps.run(process.stop))
+        process.spawn("watch", self.watch.run(process.stop))
         process.on_close(self.close)
 
     async def close(self) -> None:
@@ -217,6 +242,7 @@ class Worker:
         try:
             await self.source.close()
         finally:
+            self.watch.close()
             await self.targets.close()
             self._threads.shutdown(wait=False, cancel_futures=True)
             await asyncio.get_running_loop().run_in_executor(None, self.producer.flush, 10)
@@ -510,16 +536,17 @@ def make_worker(
     metrics: WorkerMetrics | None = None,
     run_seal: RunSeal | None = None,
 ) -> Worker:
-    from tickwheel.kafka import consumer, producer
+    from tickwheel.kafka import admin_client, consumer, producer
 
+    group = worker_group(settings.topic_prefix)
     return Worker(
         settings,
         pool,
         consumer(
             settings.effective_kafka,
-            worker_group(settings.topic_prefix),
+            group,
             **{
-                "client.id": f"worker-{worker_id}",
+                "client.id": client_id(worker_id),
                 "session.timeout.ms": settings.kafka_session_timeout_ms,
                 # Per topic: each priority's partitions are split among the workers. The
                 # cooperative-sticky assignor balances only the count over all three topics,
@@ -535,6 +562,13 @@ def make_worker(
             **{"linger.ms": 1, "message.max.bytes": PRODUCER_MESSAGE_MAX_BYTES},
         ),
         worker_id,
+        # The watch's probe: the same group, never subscribed, committing nothing.
+        probe=consumer(
+            settings.effective_kafka,
+            group,
+            **{"client.id": f"{client_id(worker_id)}-probe", "enable.auto.commit": False},
+        ),
+        admin=admin_client(settings.effective_kafka),
         concurrency=concurrency,
         metrics=metrics,
         run_seal=run_seal,

@@ -41,6 +41,7 @@ PARTITIONS = 4
 ZK_SESSION_MS = 4000  # the private ZooKeeper's minimum (2 x its 500 ms... bounded at 1 s min)
 KAFKA_SESSION_MS = 6000  # the smallest consumer group session the settings accept
 INTAKE_STALL_S = 20  # seconds a stalled registry intake waits before it exits (floor: 10)
+WORKER_STALL_S = 20  # the same for a worker (its exit shows in the round's exited_on_their_own)
 SINGLE, REPLICATED = "single", "replicated"
 STACKS = (SINGLE, REPLICATED)
 DB_NAME = "tickwheel"
@@ -168,6 +169,7 @@ class Deployment:
                 # A stalled intake exits at this (the harness restarts it at once, as a
                 # supervisor would), well inside a round's 60 s wait for its registrations.
                 "TICKWHEEL_INTAKE_STALL_S": str(INTAKE_STALL_S),
+                "TICKWHEEL_WORKER_STALL_S": str(WORKER_STALL_S),
                 DIR_ENV: str(self.root),
             }
         )

@@ -1,12 +1,12 @@
 """The stall judgement (tickwheel/stall.py): waiting messages unread for `after_s` are a stall;
 nothing waiting, a moving position, a transactional tail, or another member's partitions are
-not."""
+not. A worker's cut sample (`Backlog.only`) and its group membership (`Absence`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tickwheel.stall import Backlog, StallWatch
+from tickwheel.stall import Absence, Backlog, StallWatch
 
 pytestmark = pytest.mark.unit
 
@@ -95,3 +95,29 @@ def test_a_sample_reads_held_partitions_by_position_and_the_rest_by_the_groups_o
     )
     assert sample.reached == {A: 18, B: 4, C: 5}
     assert sample.waiting() == {B: 5, C: 2}
+
+
+def test_a_cut_sample_judges_only_the_partitions_kept() -> None:
+    """A worker keeps the held partitions it fetches: a paused one waits unjudged, and with
+    none kept nothing is judged (not even by the group's offsets, as holding none would be)."""
+    watch = StallWatch(after_s=60)
+    sample = _backlog({A, B}, {A: 10, B: 5}, {A: 14, B: 9})
+    watch.judge(sample.only(frozenset({A})), 0)
+    [stall] = watch.judge(sample.only(frozenset({A})), 60)
+    assert (stall.topic, stall.partition) == A
+    assert sample.only(frozenset({A})) == _backlog({A}, {A: 10}, {A: 14})
+    idle = StallWatch(after_s=60)
+    nothing = sample.only(frozenset())
+    assert idle.judge(nothing, 0) == [] and idle.judge(nothing, 600) == []
+
+
+def test_absence_from_the_group_for_the_window_is_a_stall() -> None:
+    absence = Absence(after_s=60)
+    assert absence.judge(False, 10) is None
+    assert absence.judge(False, 69.9) is None
+    assert absence.judge(False, 70) == 10
+    assert absence.judge(True, 71) is None  # back in the group: the clock starts again
+    assert absence.judge(False, 72) is None and absence.judge(False, 131) is None
+    assert absence.judge(False, 132) == 72
+    absence.reset()  # a sample the broker did not answer forgets the absence
+    assert absence.judge(False, 133) is None and absence.judge(False, 193) == 133
