@@ -26,6 +26,10 @@ down) is not judged: `reset` forgets what was seen, and the failure is on /healt
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 TopicPartitionKey = tuple[str, int]
@@ -143,3 +147,27 @@ class Absence:
         if self._since is None:
             self._since = now
         return self._since if now - self._since >= self.after_s else None
+
+
+class Underway:
+    """The calls a loop has under way (a claim, a result write) and when each began, so that a
+    watch can tell a loop waiting on a call that never returns: its queues fill and pause
+    their levels, and no sample of the topics would say so."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._began: dict[int, tuple[str, float]] = {}
+        self._tokens = itertools.count()
+
+    @contextlib.contextmanager
+    def call(self, what: str) -> Iterator[None]:
+        token = next(self._tokens)
+        self._began[token] = (what, self._clock())
+        try:
+            yield
+        finally:
+            del self._began[token]
+
+    def oldest(self) -> tuple[str, float] | None:
+        """The call under way longest, and when it began; None while none is."""
+        return min(self._began.values(), key=lambda call: call[1], default=None)

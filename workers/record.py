@@ -39,6 +39,7 @@ from tickwheel.kafka import (
     value_room,
 )
 from tickwheel.metrics import observe_many
+from tickwheel.stall import Underway
 from tickwheel.topics import Topics
 from tickwheel.workers.deliveries import Delivery, Unreadable
 from tickwheel.workers.metrics import WorkerMetrics
@@ -96,8 +97,10 @@ class Recorder:
         leased: dict[RunId, int],
         worker_id: str,
         batch_size: int,
+        underway: Underway,
     ) -> None:
         self.store = store
+        self.underway = underway  # the watch sees a batch's settling under way
         self.producer = producer
         self.source = source
         self.offsets = offsets
@@ -144,7 +147,8 @@ class Recorder:
                     await asyncio.sleep(LINGER_S)
                 finished, unreadable = self._take_batch()
             try:
-                await self._settle(finished, unreadable)
+                with self.underway.call("result write"):
+                    await self._settle(finished, unreadable)
             except RECORD_ERRORS:
                 if failures >= len(RETRY_BACKOFF_S):
                     raise

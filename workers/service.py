@@ -16,8 +16,9 @@ with exit 1):
     heartbeat  (here) every lease/3, extends the lease of every run this worker holds
     caps       (workers/tenant_caps.py) every 2 s, reads which tenants have a cluster-wide cap
     watch      (workers/watch.py) every worker_stall_s / 4, asks the broker whether this
-               worker still consumes: one that stopped (out of its group, or its fetched
-               partitions still while messages wait) ends for its supervisor to restart it
+               worker still consumes: one that stopped (out of its group, its fetched
+               partitions still while messages wait, or a database call under way for the
+               whole window) ends for its supervisor to restart it
 
 A delivery's path, and why a crash at any step loses nothing (I4, I5, I7):
 
@@ -99,6 +100,7 @@ from tickwheel.kafka import (
 from tickwheel.metrics import observe_many
 from tickwheel.run_seal import RunSeal
 from tickwheel.runtime import Process
+from tickwheel.stall import Underway
 from tickwheel.topics import Topics
 from tickwheel.workers import handlers
 from tickwheel.workers.deliveries import Delivery, Queues, Unreadable
@@ -192,6 +194,7 @@ class Worker:
         self.executions_done = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._claim_failures = 0  # claims failed in a row (the database unavailable)
+        self.underway = Underway()  # the database calls under way, for the watch
         self.metrics.in_flight.set_function(lambda: self.executing)
         self.fetcher = Fetcher(
             consumer,
@@ -215,6 +218,7 @@ class Worker:
             leased=self.leased,
             worker_id=worker_id,
             batch_size=settings.worker_batch,
+            underway=self.underway,
         )
         self.recorded = self.recorder.done
         self.watch = ConsumerWatch(
@@ -225,6 +229,7 @@ class Worker:
             admin,
             worker_group(settings.topic_prefix),
             client_id(worker_id),
+            self.underway,
             settings.worker_stall_s,
         )
 
@@ -304,11 +309,12 @@ class Worker:
                 asked.add(wanted)
                 keys.add(d.run, d.env.attempt, d.published_ms)
         try:
-            claims, refused = await self.store.claim_isolating(
-                keys,
-                None if capped is None else (capped, self.settings.tenant_cap_hold_ms),
-                sealed,
-            )
+            with self.underway.call("claim"):
+                claims, refused = await self.store.claim_isolating(
+                    keys,
+                    None if capped is None else (capped, self.settings.tenant_cap_hold_ms),
+                    sealed,
+                )
         except DB_ERRORS as exc:
             self._claim_failures += 1
             pause_s = DB_RETRY_BACKOFF_S[min(self._claim_failures, len(DB_RETRY_BACKOFF_S)) - 1]
@@ -438,7 +444,8 @@ class Worker:
     async def _skip(self, unclaimed: Sequence[Delivery]) -> None:
         """Deliveries that claimed nothing are done at once; say why in the metrics."""
         try:
-            found = await self.store.statuses([d.run for d in unclaimed])
+            with self.underway.call("status read"):
+                found = await self.store.statuses([d.run for d in unclaimed])
         except DB_ERRORS:
             found = None  # the reason is only for the metrics; the skip stands
         done = []
@@ -504,7 +511,8 @@ class Worker:
             for run, attempt in list(self.leased.items()):
                 held.add(run, attempt)
             try:
-                await self.store.heartbeat(held)
+                with self.underway.call("heartbeat"):
+                    await self.store.heartbeat(held)
             except DB_ERRORS:
                 # The next beat tries again; a lease that lapses meanwhile fences our write.
                 log.warning("heartbeat of %d runs failed", len(held), exc_info=True)

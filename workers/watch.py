@@ -15,7 +15,11 @@ watch samples (tickwheel/stall.py):
   judged; nor are partitions it does not hold (another member's, or none: a member busy with
   long runs keeps its committed offset still, rightly);
 * the group's members, asked of its coordinator: this worker's client absent for `stall_s` is
-  a stall (a consumer stuck rejoining holds nothing, and nothing else here would say so).
+  a stall (a consumer stuck rejoining holds nothing, and nothing else here would say so);
+* the database calls under way (`Underway`: a claim, a status read, a heartbeat, a batch's
+  result write with its dead letters): one under way for `stall_s` is a stall (its loop waits
+  on a call that never returns; its queues fill and pause their levels, which the samples
+  above rightly do not judge). A call that fails is the loop's to retry, not a stall.
 
 A sample the broker does not answer judges nothing (a Kafka outage is no stall of ours).
 A stall raises `WorkerStalled`: the part dies, the process exits 1 for its supervisor to
@@ -41,6 +45,7 @@ from tickwheel.stall import (
     Absence,
     Backlog,
     StallWatch,
+    Underway,
 )
 
 log = logging.getLogger("tickwheel.worker")
@@ -62,6 +67,7 @@ class ConsumerWatch:
         admin: AdminClient,
         group: str,
         client_id: str,
+        underway: Underway,
         stall_s: float,
     ) -> None:
         self.source = source
@@ -71,6 +77,7 @@ class ConsumerWatch:
         self.admin = admin
         self.group = group
         self.client_id = client_id
+        self.underway = underway
         self.stall_s = stall_s
         self.stalled: str | None = None  # what ended the part, once it did
         # The broker's answers never wait in the consumer's I/O thread (nor hold the loop).
@@ -88,6 +95,10 @@ class ConsumerWatch:
             if stop.is_set():
                 return
             now = time.monotonic()
+            oldest = self.underway.oldest()
+            if oldest is not None and now - oldest[1] >= self.stall_s:
+                what, began = oldest
+                self._stall(f"a {what} begun {now - began:.0f} s ago has not returned")
             try:
                 held, positions = await asyncio.wait_for(self.source.holding(), timeout_s)
             except TimeoutError:

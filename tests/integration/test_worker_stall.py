@@ -1,8 +1,8 @@
 """A worker that stops consuming while it looks alive ends itself (I9): messages left unread
-past its position on a partition it holds and fetches, or its consumer out of the group, end
-the `watch` part with `WorkerStalled` and the process with exit 1 within the stall window. An
-idle worker, and one whose level is paused because its queue is full of slow runs, go on.
-Real Kafka and Postgres."""
+past its position on a partition it holds and fetches, its consumer out of the group, or a
+database call that never returns, end the `watch` part with `WorkerStalled` and the process
+with exit 1 within the stall window. An idle worker, and one whose level is paused because its
+queue is full of slow runs, go on. Real Kafka and Postgres."""
 
 from __future__ import annotations
 
@@ -103,6 +103,29 @@ async def test_a_worker_out_of_its_group_ends(
         said = await stalled(worker, process, task)
         assert f"this worker (worker-{worker.worker_id}) has not been a member" in said
         assert f"of its group {worker_group(topics.prefix)} for " in said
+
+
+async def test_a_claim_that_never_returns_ends_the_worker(
+    stack: Addresses, db_dsn: str, topics: Topics
+) -> None:
+    """The dispatch waits on a claim forever (a call that never returns): its queue would fill
+    and pause the level, which the topic samples rightly leave alone; the call under way for
+    the window ends the process, and the run was never claimed (its message is redelivered to
+    the next worker)."""
+    tenant = f"t{uuid.uuid4().hex[:10]}"
+    settings = worker_settings(stack, db_dsn, topics)
+    specs = [RunSpec("hung-claim", handler="it.stall.slow", payload={"sleep_s": 0})]
+    await create_runs(db_dsn, tenant, specs)
+    async with started(settings) as (worker, process, task):
+
+        async def never(*_args: Any) -> Any:
+            await asyncio.Event().wait()
+
+        worker.store.claim_isolating = never  # type: ignore[method-assign]
+        publish(stack.kafka, topics, tenant, specs)
+        said = await stalled(worker, process, task)
+        assert said.startswith("a claim begun ") and said.endswith(" s ago has not returned")
+    assert (await runs_of(db_dsn, tenant))["hung-claim"]["status"] == "published"
 
 
 async def test_an_idle_worker_and_one_paused_by_slow_runs_go_on(

@@ -1,12 +1,13 @@
 """The stall judgement (tickwheel/stall.py): waiting messages unread for `after_s` are a stall;
 nothing waiting, a moving position, a transactional tail, or another member's partitions are
-not. A worker's cut sample (`Backlog.only`) and its group membership (`Absence`)."""
+not. A worker's cut sample (`Backlog.only`) and its group membership (`Absence`);
+the calls a loop has under way (`Underway`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tickwheel.stall import Absence, Backlog, StallWatch
+from tickwheel.stall import Absence, Backlog, StallWatch, Underway
 
 pytestmark = pytest.mark.unit
 
@@ -121,3 +122,18 @@ def test_absence_from_the_group_for_the_window_is_a_stall() -> None:
     assert absence.judge(False, 132) == 72
     absence.reset()  # a sample the broker did not answer forgets the absence
     assert absence.judge(False, 133) is None and absence.judge(False, 193) == 133
+
+
+def test_underway_names_the_oldest_call_until_it_returns_or_raises() -> None:
+    now = [100.0]
+    underway = Underway(clock=lambda: now[0])
+    assert underway.oldest() is None
+    with underway.call("claim"):
+        now[0] = 130.0
+        with underway.call("heartbeat"):
+            assert underway.oldest() == ("claim", 100.0)
+        assert underway.oldest() == ("claim", 100.0)
+    assert underway.oldest() is None
+    with pytest.raises(ConnectionError), underway.call("result write"):
+        raise ConnectionError("the database is down")
+    assert underway.oldest() is None  # a call that failed is no longer under way
