@@ -101,7 +101,7 @@ from tickwheel.signatures import (
     parse,
     verify,
 )
-from tickwheel.stall import SAMPLE_TIMEOUT_MIN_S, STALL_SAMPLES, Backlog, StallWatch
+from tickwheel.stall import SAMPLE_TIMEOUT_MIN_S, STALL_SAMPLES, Backlog, StallWatch, samples
 
 log = logging.getLogger("tickwheel.registry.intake")
 
@@ -344,15 +344,9 @@ class RegistrationIntake:
         not answered a sample for that long. Nothing is judged while the loop backs off from a
         failure it reports (`failing`), nor while the broker does not answer a sample."""
         judge = StallWatch(self.stall_s)
-        period = self.stall_s / STALL_SAMPLES
-        timeout_s = max(period, SAMPLE_TIMEOUT_MIN_S)
+        timeout_s = max(self.stall_s / STALL_SAMPLES, SAMPLE_TIMEOUT_MIN_S)
         answered = time.monotonic()
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), period)
-            if stop.is_set():
-                return
-            now = time.monotonic()
+        async for now in samples(stop, self.stall_s):
             if self.health.detail.get("failing"):
                 judge.reset()
                 answered = now

@@ -208,9 +208,9 @@ class Settings(BaseSettings):
         60,
         ge=10,
         le=3600,
-        description="how long a worker may stay out of its group, or leave messages unread "
-        "past its position on a run partition it holds and fetches, while it looks alive, "
-        "seconds; then it exits (code 1) for its supervisor to restart it",
+        description="how long a worker may stay out of its group, leave messages unread past "
+        "its position on a run partition it holds and fetches, or wait on one database call, "
+        "while it looks alive, seconds; then it exits (code 1) for its supervisor to restart it",
     )
     worker_batch: int = Field(
         500, ge=1, le=100_000, description="messages per fetch and results per database write"

@@ -20,22 +20,36 @@ busy member whose committed offset rightly stands still. What would show a worke
 group is asked of the broker instead: a consumer absent from its group's members for `after_s`
 is stalled (`Absence`).
 
+`Underway` keeps the calls a loop has under way, for a watch to tell a loop waiting on one
+that never returns.
+
 A sample taken while the loop is backing off from a failure it already reports (the database
 down) is not judged: `reset` forgets what was seen, and the failure is on /healthz already.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
 TopicPartitionKey = tuple[str, int]
 
 STALL_SAMPLES = 4  # samples per stall window
 SAMPLE_TIMEOUT_MIN_S = 5.0  # a sample's broker calls may take this long at least
+
+
+async def samples(stop: asyncio.Event, stall_s: float) -> AsyncIterator[float]:
+    """A watch's timer: the monotonic time every `stall_s / STALL_SAMPLES`, until `stop`."""
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), stall_s / STALL_SAMPLES)
+        if stop.is_set():
+            return
+        yield time.monotonic()
 
 
 @dataclass(frozen=True)

@@ -247,7 +247,7 @@ class Worker:
         try:
             await self.source.close()
         finally:
-            self.watch.close()
+            await self.watch.close()
             await self.targets.close()
             self._threads.shutdown(wait=False, cancel_futures=True)
             await asyncio.get_running_loop().run_in_executor(None, self.producer.flush, 10)

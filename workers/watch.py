@@ -29,7 +29,6 @@ restart it, and what this worker had fetched and not finished is redelivered to 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -46,6 +45,7 @@ from tickwheel.stall import (
     Backlog,
     StallWatch,
     Underway,
+    samples,
 )
 
 log = logging.getLogger("tickwheel.worker")
@@ -86,15 +86,9 @@ class ConsumerWatch:
     async def run(self, stop: asyncio.Event) -> None:
         backlog_watch = StallWatch(self.stall_s)
         absence = Absence(self.stall_s)
-        period = self.stall_s / STALL_SAMPLES
-        timeout_s = max(period, SAMPLE_TIMEOUT_MIN_S)
+        timeout_s = max(self.stall_s / STALL_SAMPLES, SAMPLE_TIMEOUT_MIN_S)
         answered = time.monotonic()
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), period)
-            if stop.is_set():
-                return
-            now = time.monotonic()
+        async for now in samples(stop, self.stall_s):
             oldest = self.underway.oldest()
             if oldest is not None and now - oldest[1] >= self.stall_s:
                 what, began = oldest
@@ -130,8 +124,12 @@ class ConsumerWatch:
             if stalls:
                 self._stall("; ".join(stall.describe(now) for stall in stalls))
 
-    def close(self) -> None:
-        self._probing.shutdown(wait=False, cancel_futures=True)
+    async def close(self) -> None:
+        """Close the probe once a sample under way has ended (never under a call)."""
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
+        self._probing.shutdown(wait=True, cancel_futures=True)
         self.probe.close()
 
     def _ask_broker(

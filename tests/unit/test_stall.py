@@ -5,9 +5,12 @@ the calls a loop has under way (`Underway`)."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+
 import pytest
 
-from tickwheel.stall import Absence, Backlog, StallWatch, Underway
+from tickwheel.stall import Absence, Backlog, StallWatch, Underway, samples
 
 pytestmark = pytest.mark.unit
 
@@ -137,3 +140,14 @@ def test_underway_names_the_oldest_call_until_it_returns_or_raises() -> None:
     with pytest.raises(ConnectionError), underway.call("result write"):
         raise ConnectionError("the database is down")
     assert underway.oldest() is None  # a call that failed is no longer under way
+
+
+async def test_samples_come_every_quarter_window_until_stop() -> None:
+    stop = asyncio.Event()
+    seen: list[float] = []
+    async for now in samples(stop, 0.2):
+        seen.append(now)
+        if len(seen) == 3:
+            stop.set()
+    assert len(seen) == 3
+    assert all(later - earlier >= 0.04 for earlier, later in itertools.pairwise(seen))
