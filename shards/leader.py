@@ -82,6 +82,7 @@ from tickwheel.maintenance import Upkeep
 from tickwheel.queries import QUERIES
 from tickwheel.schedule import REASON_OVERLAP, ScheduleCache
 from tickwheel.shards import store
+from tickwheel.shards.claims import ClaimCombiner
 from tickwheel.shards.dbclock import DbClock
 from tickwheel.shards.fairness import TenantQueue
 from tickwheel.shards.metrics import SchedulerMetrics, observe_many
@@ -147,6 +148,13 @@ class Shared:
     dsn: str = ""
     # Bounds each tenant's runs claimed and not started; the default bounds nothing.
     window: DispatchWindow = field(default_factory=lambda: DispatchWindow(0, 1.0, 1))
+    # The leaders' claims, combined while one is under way (`claims.py`).
+    claims: ClaimCombiner = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.claims = ClaimCombiner(
+            self.pool, self.config.publish_lease_ms, self.config.claim_batch
+        )
 
 
 class ShardLeader:
@@ -503,30 +511,33 @@ class ShardLeader:
     async def _claim(self, chunk: Sequence[JobEntry], now: int) -> None:
         assert self.lease is not None
         try:
-            async with self.s.pool.acquire() as conn:
-                keys = [e.ids for e in chunk if e.overlap_policy != OverlapPolicy.ALLOW]
-                counts = await store.in_flight(conn, keys) if keys else None
-                batch = plan_claims(chunk, now, self.s.cache, counts)
-                # One statement, fenced by itself (store.claim).
-                claimed = await store.claim(conn, self.lease, self.cfg.publish_lease_ms, batch)
-                crash_point("scheduler_after_claim")
-                stale: list[tuple[str, str]] = []
-                done = claimed.jobs
-                ids_of = zip(batch.tenants, batch.job_ids, strict=True)
-                for entry, ids, next_ms in zip(batch.entries, ids_of, batch.next_ms, strict=True):
-                    if ids in done:
-                        self._offer(
-                            entry.key,
-                            entry.version,
-                            NO_NEXT_MS if next_ms is None else next_ms,
-                            entry,
-                        )
-                    else:
-                        stale.append(ids)
-                if stale:
-                    # Edited, paused, deleted since the wheel learnt of them: read the truth
-                    # now rather than wait for the feed (it may be on its way too; versions
-                    # decide).
+            keys = [e.ids for e in chunk if e.overlap_policy != OverlapPolicy.ALLOW]
+            counts = None
+            if keys:
+                async with self.s.pool.acquire() as conn:
+                    counts = await store.in_flight(conn, keys)
+            batch = plan_claims(chunk, now, self.s.cache, counts)
+            # One statement, fenced by itself, shared with the other leaders' claims made
+            # meanwhile (claims.py, store.claim_many).
+            claimed = await self.s.claims.claim(self.lease, batch)
+            crash_point("scheduler_after_claim")
+            stale: list[tuple[str, str]] = []
+            done = claimed.jobs
+            ids_of = zip(batch.tenants, batch.job_ids, strict=True)
+            for entry, ids, next_ms in zip(batch.entries, ids_of, batch.next_ms, strict=True):
+                if ids in done:
+                    self._offer(
+                        entry.key,
+                        entry.version,
+                        NO_NEXT_MS if next_ms is None else next_ms,
+                        entry,
+                    )
+                else:
+                    stale.append(ids)
+            if stale:
+                # Edited, paused, deleted since the wheel learnt of them: read the truth now
+                # rather than wait for the feed (it may be on its way too; versions decide).
+                async with self.s.pool.acquire() as conn:
                     for row in await store.jobs_by_keys(conn, stale):
                         self.apply_job_row(row)
         except FencedOut:

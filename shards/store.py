@@ -255,42 +255,100 @@ async def claim(conn: Conn, lease: Lease, lease_ms: int, batch: ClaimBatch) -> C
     """The claim statement, fenced by itself (I2; outside a transaction: it is one): advance
     the jobs, insert the planned run rows — or, when the shard's row no longer holds `lease`,
     write nothing and raise FencedOut."""
-    fence = await _fence(conn, lease)
+    (outcome,) = await claim_many(conn, lease_ms, [(lease, batch)])
+    if isinstance(outcome, FencedOut):
+        raise outcome
+    return outcome
+
+
+async def claim_many(
+    conn: Conn, lease_ms: int, claims: Sequence[tuple[Lease, ClaimBatch]]
+) -> list[Claimed | FencedOut]:
+    """Several leaders' claims (each of its own shard) in one statement, one transaction: each
+    fenced by itself, so a leader fenced out gets FencedOut (nothing of its batch written)
+    while the others' claims commit. One outcome per claim, in order."""
+    fences = [await _fence(conn, lease) for lease, _ in claims]
+    job_shards: list[str] = []
+    for lease, batch in claims:
+        job_shards += [str(lease.shard)] * len(batch.tenants)
     rows = await conn.fetch(
         QUERIES["claim_due"],
-        lease.shard,
-        lease.epoch,
+        db.id_list(str(lease.shard) for lease, _ in claims),
+        db.num_list([lease.epoch for lease, _ in claims]),
+        db.num_list([epoch for epoch, _ in fences]),
+        [owner for _, owner in fences],
         lease_ms,
-        db.id_list(batch.tenants),
-        db.id_list(batch.job_ids),
-        db.num_list(batch.expected_ms),
-        db.num_list(batch.next_ms),
-        db.flag_list(batch.complete),
-        db.id_list(batch.run_tenants),
-        db.id_list(batch.run_job_ids),
-        db.num_list(batch.run_ms),
-        db.id_list(batch.run_status),
-        batch.run_reason if any(batch.run_reason) else None,
-        db.flag_list(batch.run_leased),
-        *fence,
+        db.id_list(job_shards),
+        *_joined(claims),
     )
     # By position, in claim_due's column order (tenant, job_id, scheduled_at, priority,
-    # handler, target, payload, timeout_ms): a leader reads every row of a hot second.
+    # handler, target, payload, timeout_ms, shard): a leader reads every row of a hot second.
     jobs: dict[tuple[str, str], asyncpg.Record] = {}
     pending: list[asyncpg.Record] = []
+    fenced: dict[int, FencedOut] = {}
     for row in rows:
-        if row[0] is None:  # the fence failed: the shard's owner and epoch, nothing written
-            raise FencedOut(lease.shard, lease.epoch, None if row[2] is None else (row[2], row[1]))
-        if row[2] is None:
+        if row[0] is None:  # a fence failed: the shard's owner and epoch, nothing written
+            shard = row[8]
+            epoch = next(lease.epoch for lease, _ in claims if lease.shard == shard)
+            found = None if row[2] is None else (row[2], row[1])
+            fenced[shard] = FencedOut(shard, epoch, found)
+        elif row[2] is None:
             jobs[(row[0], row[1])] = row
         else:
             pending.append(row)
-    runs = []
+    runs: dict[int, list[Dispatch]] = {}
     for row in pending:
         tenant, job_id = row[0], row[1]
         job = jobs[(tenant, job_id)]
-        runs.append(Dispatch(tenant, job_id, row[2], 1, job[3], job[4], job[5], job[6], job[7]))
-    return Claimed(set(jobs), runs)
+        dispatch = Dispatch(tenant, job_id, row[2], 1, job[3], job[4], job[5], job[6], job[7])
+        runs.setdefault(row[8], []).append(dispatch)
+    if len(claims) == 1:
+        lease, _ = claims[0]
+        if lease.shard in fenced:
+            return [fenced[lease.shard]]
+        return [Claimed(set(jobs), runs.get(lease.shard, []))]
+    claimed_by_shard: dict[int, set[tuple[str, str]]] = {}
+    for key, row in jobs.items():
+        claimed_by_shard.setdefault(row[8], set()).add(key)
+    return [
+        fenced[lease.shard]
+        if lease.shard in fenced
+        else Claimed(claimed_by_shard.get(lease.shard, set()), runs.get(lease.shard, []))
+        for lease, _ in claims
+    ]
+
+
+def _joined(claims: Sequence[tuple[Lease, ClaimBatch]]) -> list[Any]:
+    """The claims' batches as one statement's job and run parameters ($7 to $17)."""
+    if len(claims) == 1:
+        b = claims[0][1]
+    else:
+        b = ClaimBatch()
+        for _, one in claims:
+            b.tenants += one.tenants
+            b.job_ids += one.job_ids
+            b.expected_ms += one.expected_ms
+            b.next_ms += one.next_ms
+            b.complete += one.complete
+            b.run_tenants += one.run_tenants
+            b.run_job_ids += one.run_job_ids
+            b.run_ms += one.run_ms
+            b.run_status += one.run_status
+            b.run_reason += one.run_reason
+            b.run_leased += one.run_leased
+    return [
+        db.id_list(b.tenants),
+        db.id_list(b.job_ids),
+        db.num_list(b.expected_ms),
+        db.num_list(b.next_ms),
+        db.flag_list(b.complete),
+        db.id_list(b.run_tenants),
+        db.id_list(b.run_job_ids),
+        db.num_list(b.run_ms),
+        db.id_list(b.run_status),
+        b.run_reason if any(b.run_reason) else None,
+        db.flag_list(b.run_leased),
+    ]
 
 
 async def adopt(conn: Conn, lease: Lease, lease_ms: int) -> list[Dispatch]:

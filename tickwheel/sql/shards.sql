@@ -152,41 +152,50 @@ WHERE r.overlap_tracked AND r.status IN ('pending', 'published', 'running', 'ret
 GROUP BY r.tenant, r.job_id
 
 -- claim_due --
--- The claim (I3): advance each due job whose `next_run_at` is still the one the wheel expected
--- ($6), completing one-offs, and insert the run rows planned for the jobs actually claimed:
--- `pending` ones with a publish lease (attempt 1) or without one (buffered), `skipped` ones
--- with their reason. Returns one row per job claimed (scheduled_at NULL) with what its
--- envelopes need, and one row per pending run to publish (the job columns NULL).
+-- The claim (I3) of one or more leaders of a process at once (shards/claims.py combines the
+-- claims its leaders make while another is under way): advance each due job whose
+-- `next_run_at` is still the one the wheel expected, completing one-offs, and insert the run
+-- rows planned for the jobs actually claimed: `pending` ones with a publish lease (attempt 1)
+-- or without one (buffered), `skipped` ones with their reason. Returns one row per job claimed
+-- (scheduled_at NULL) with what its envelopes need, and one row per pending run to publish
+-- (the job columns NULL); the last column is the job's shard.
 -- A job whose row another transaction holds (a registry batch writing it) is skipped, not
 -- waited for: the caller re-reads it and claims it at a later tick, so an edit in flight — or
 -- a registry frozen inside its transaction — never holds up the rest of the shard.
--- The statement fences itself (I2), in place of `shard_fence` in a transaction of its own
--- (three round trips fewer per claim): `fence` share-locks the shard's row if it holds the
--- epoch and owner of $15 $16 — under READ COMMITTED a row a takeover changed after the
--- snapshot is re-read when locked and fails them — and nothing is locked or written unless it
--- did (`due` waits for it as a one-time filter). A takeover then waits for this statement's
--- commit, as for a fenced transaction's. When it did not, the only row returned has a NULL
--- tenant, with the owner and epoch the shard's row holds (the caller raises FencedOut).
---   $1 shard  $2 epoch  $3 publish lease ms  $15 $16 the fence: epoch and owner (the lease's;
---   only the broken build `epoch_fence` passes what the shard's row holds)
---   jobs: $4 tenant  $5 job_id  $6 expected ms  $7 next ms (NULL: none)  $8 complete
---   runs: $9 tenant  $10 job_id  $11 scheduled ms  $12 status  $13 skip_reason  $14 leased
+-- The statement fences itself (I2), per shard, in place of `shard_fence` in a transaction of
+-- its own: `fence` share-locks each shard's row that holds the epoch and owner its leader
+-- passed — under READ COMMITTED a row a takeover changed after the snapshot is re-read when
+-- locked and fails them — and only the jobs of shards it locked are locked or written (`due`
+-- joins it). A takeover then waits for this statement's commit, as for a fenced
+-- transaction's. For each shard whose fence failed, one row has a NULL tenant, with the owner
+-- and epoch the shard's row holds and the shard (the caller raises FencedOut for that leader;
+-- the other leaders' claims stand).
+--   per leader: $1 shard  $2 epoch (its runs')  $3 $4 the fence: epoch and owner (the lease's;
+--   only the broken build `epoch_fence` passes what the shard's row holds)  $5 publish lease ms
+--   jobs: $6 shard  $7 tenant  $8 job_id  $9 expected ms  $10 next ms (NULL: none)  $11 complete
+--   runs: $12 tenant  $13 job_id  $14 scheduled ms  $15 status  $16 skip_reason  $17 leased
 --   (each a batch: identifiers, numbers and flags as one comma-joined text, split here, 'n'
---   for NULL — asyncpg would encode arrays element by element, tickwheel/db.py; the skip
---   reasons, free text, as a text[], NULL when the batch skips nothing)
-WITH fence AS MATERIALIZED (
-    SELECT 1 FROM shard_leaders
-    WHERE shard_id = $1 AND epoch = $15::bigint AND owner = $16::text
-    FOR SHARE
+--   for NULL — asyncpg would encode arrays element by element, tickwheel/db.py; the owners and
+--   skip reasons, free text, as a text[], the reasons NULL when the batch skips nothing)
+WITH leaders AS (
+    SELECT l.shard, l.epoch, l.fence_epoch, l.owner
+    FROM unnest(string_to_array($1::text, ',')::integer[], string_to_array($2::text, ',')::bigint[],
+                string_to_array($3::text, ',')::bigint[], $4::text[])
+         AS l(shard, epoch, fence_epoch, owner)
+), fence AS MATERIALIZED (
+    SELECT l.shard, l.epoch FROM shard_leaders s
+    JOIN leaders l ON s.shard_id = l.shard AND s.epoch = l.fence_epoch AND s.owner = l.owner
+    FOR SHARE OF s
 ), due AS (
-    SELECT j.tenant, j.job_id, c.next_ms, c.complete
-    FROM unnest(string_to_array($4::text, ','), string_to_array($5::text, ','),
-                string_to_array($6::text, ',')::bigint[],
-                string_to_array($7::text, ',', 'n')::bigint[],
-                string_to_array($8::text, ',')::boolean[])
-         AS c(tenant, job_id, expected_ms, next_ms, complete)
+    SELECT j.tenant, j.job_id, c.next_ms, c.complete, f.epoch
+    FROM unnest(string_to_array($6::text, ',')::integer[], string_to_array($7::text, ','),
+                string_to_array($8::text, ','), string_to_array($9::text, ',')::bigint[],
+                string_to_array($10::text, ',', 'n')::bigint[],
+                string_to_array($11::text, ',')::boolean[])
+         AS c(shard, tenant, job_id, expected_ms, next_ms, complete)
+    JOIN fence f ON f.shard = c.shard
     JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
-    WHERE EXISTS (SELECT FROM fence) AND j.shard_id = $1 AND j.status = 'active'
+    WHERE j.shard_id = c.shard AND j.status = 'active'
       AND j.next_run_at = 'epoch'::timestamptz + c.expected_ms * interval '1 millisecond'
     FOR NO KEY UPDATE OF j SKIP LOCKED
 ), claimed AS (
@@ -195,39 +204,40 @@ WITH fence AS MATERIALIZED (
         status = CASE WHEN c.complete THEN 'completed' ELSE j.status END
     FROM due c
     WHERE j.tenant = c.tenant AND j.job_id = c.job_id
-    RETURNING j.tenant, j.job_id, j.priority, j.max_attempts, j.handler, j.target::text AS target,
-              j.payload::text AS payload, j.timeout_ms, j.overlap_policy
+    RETURNING j.tenant, j.job_id, j.shard_id, c.epoch, j.priority, j.max_attempts, j.handler,
+              j.target::text AS target, j.payload::text AS payload, j.timeout_ms,
+              j.overlap_policy
 ), inserted AS (
     INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, status, attempt,
                           epoch, lease_until, max_attempts, origin, skip_reason, finished_at,
                           overlap_tracked)
-    SELECT r.tenant, r.job_id, 'epoch'::timestamptz + r.ms * interval '1 millisecond', $1,
-           c.priority, r.status, CASE WHEN r.status = 'pending' THEN 1 ELSE 0 END, $2,
-           CASE WHEN r.leased THEN now() + $3::bigint * interval '1 millisecond' END,
+    SELECT r.tenant, r.job_id, 'epoch'::timestamptz + r.ms * interval '1 millisecond',
+           c.shard_id, c.priority, r.status, CASE WHEN r.status = 'pending' THEN 1 ELSE 0 END,
+           c.epoch, CASE WHEN r.leased THEN now() + $5::bigint * interval '1 millisecond' END,
            c.max_attempts, 'schedule', r.skip_reason,
            CASE WHEN r.status = 'skipped' THEN now() END, c.overlap_policy <> 'allow'
-    FROM unnest(string_to_array($9::text, ','), string_to_array($10::text, ','),
-                string_to_array($11::text, ',')::bigint[], string_to_array($12::text, ','),
-                $13::text[], string_to_array($14::text, ',')::boolean[])
+    FROM unnest(string_to_array($12::text, ','), string_to_array($13::text, ','),
+                string_to_array($14::text, ',')::bigint[], string_to_array($15::text, ','),
+                $16::text[], string_to_array($17::text, ',')::boolean[])
          AS r(tenant, job_id, ms, status, skip_reason, leased)
     JOIN claimed c ON c.tenant = r.tenant AND c.job_id = r.job_id
     ON CONFLICT DO NOTHING
-    RETURNING tenant, job_id, scheduled_at, status, lease_until
+    RETURNING tenant, job_id, scheduled_at, status, lease_until, shard_id
 )
 -- No join here: the CTEs carry no statistics, and the planner's nested loop over them cost
 -- 25 million comparisons for 5,000 jobs. The caller pairs runs with their jobs by key.
 SELECT c.tenant, c.job_id, NULL::bigint AS scheduled_at,
-       c.priority, c.handler, c.target, c.payload, c.timeout_ms
+       c.priority, c.handler, c.target, c.payload, c.timeout_ms, c.shard_id AS shard
 FROM claimed c
 UNION ALL
 SELECT i.tenant, i.job_id, (extract(epoch FROM i.scheduled_at) * 1000)::bigint,
-       NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, i.shard_id
 FROM inserted i
 WHERE i.status = 'pending' AND i.lease_until IS NOT NULL
 UNION ALL
-SELECT NULL, l.owner, l.epoch, NULL, NULL, NULL, NULL, NULL
-FROM (SELECT) AS one LEFT JOIN shard_leaders l ON l.shard_id = $1
-WHERE NOT EXISTS (SELECT FROM fence)
+SELECT NULL, s.owner, s.epoch, NULL, NULL, NULL, NULL, NULL, l.shard
+FROM leaders l LEFT JOIN shard_leaders s ON s.shard_id = l.shard
+WHERE NOT EXISTS (SELECT FROM fence f WHERE f.shard = l.shard)
 
 -- outbox_adopt --
 -- A new leader's outbox (I1), when the previous leader did not step down cleanly: dispatched
