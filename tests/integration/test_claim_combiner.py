@@ -181,3 +181,51 @@ async def test_a_batch_the_database_refuses_fails_only_its_own_claim(
     rows = await _run_rows(sched)
     assert j2 not in rows
     assert rows[j1] == ("pending", l1.epoch, s1) and rows[j3] == ("pending", l3.epoch, s3)
+
+
+async def test_a_claim_whose_leader_stopped_waiting_is_not_sent(
+    sched: SchedEnv, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """a leader stopped (its task cancelled) while its claim waited for the statement under
+    way: that claim is dropped unsent, its job not advanced; the claim queued after it goes
+    out in the next statement and commits"""
+    monkeypatch.setattr(claims_mod, "MAX_IN_FLIGHT", 1)
+    sent: list[list[int]] = []
+    real = store.claim_many
+
+    async def counted(conn: Any, lease_ms: int, claims: Any) -> Any:
+        sent.append([lease.shard for lease, _ in claims])
+        return await real(conn, lease_ms, claims)
+
+    monkeypatch.setattr(store, "claim_many", counted)
+    conn = await asyncpg.connect(sched.dsn)
+    other = await asyncpg.connect(sched.dsn)
+    try:
+        planned = await _one_off_per_shard(sched, conn, 3)
+        (s1, (j1, l1, b1)), (_, (j2, l2, b2)), (s3, (j3, l3, b3)) = planned.items()
+        takeover = other.transaction()
+        await takeover.start()
+        await other.execute(
+            "UPDATE shard_leaders SET epoch = epoch + 1, owner = 'b' WHERE shard_id = $1", s1
+        )
+        combiner = ClaimCombiner(pool, 30_000, 5000)
+        first = asyncio.ensure_future(combiner.claim(l1, b1))
+        await asyncio.sleep(0.3)
+        stopped = asyncio.ensure_future(combiner.claim(l2, b2))
+        last = asyncio.ensure_future(combiner.claim(l3, b3))
+        await asyncio.sleep(0.1)
+        stopped.cancel()
+        await takeover.rollback()
+        await first
+        claimed = await last
+    finally:
+        await other.close()
+        await conn.close()
+    assert stopped.cancelled()
+    assert sent == [[s1], [s3]]
+    assert [r.job_id for r in claimed.runs] == [j3]
+    assert set(await _run_rows(sched)) == {j1, j3}
+    (job,) = await sched.fetch(
+        "SELECT status FROM jobs WHERE tenant = $1 AND job_id = $2", sched.tenant, j2
+    )
+    assert job["status"] == "active"
