@@ -55,12 +55,16 @@ class ClaimCombiner:
         """`store.claim` for `lease`'s shard, in a statement shared with other leaders'."""
         done: asyncio.Future[Claimed] = asyncio.get_running_loop().create_future()
         self._waiting.append(_Waiting(lease, batch, done))
-        if self._in_flight < MAX_IN_FLIGHT:
-            self._send()
+        self._send_while_free()
         return await done
 
+    def _send_while_free(self) -> None:
+        while self._waiting and self._in_flight < MAX_IN_FLIGHT:
+            self._send()
+
     def _send(self) -> None:
-        """A statement for the oldest waiting claims, up to `max_jobs` entries (at least one)."""
+        """A statement for the oldest waiting claims, up to `max_jobs` entries (at least one;
+        none when every waiting claim's leader stopped waiting)."""
         taken: list[_Waiting] = []
         entries = 0
         while self._waiting:
@@ -82,8 +86,7 @@ class ClaimCombiner:
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self._in_flight -= 1
-        if self._waiting:
-            self._send()
+        self._send_while_free()  # what one statement could not carry goes out too
 
     async def _run(self, taken: list[_Waiting]) -> None:
         try:
@@ -107,8 +110,10 @@ class ClaimCombiner:
             return
         except BaseException as exc:  # cancelled, or a bug: no leader waits for ever
             for w in taken:
-                _settle(w, exc)
-            raise
+                _settle(w, exc)  # a bug reaches every leader it concerned, and stops them
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
         for w, outcome in zip(taken, outcomes, strict=True):
             _settle(w, outcome)
 
