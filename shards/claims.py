@@ -113,6 +113,7 @@ class ClaimCombiner:
                 _settle(w, exc)  # a bug reaches every leader it concerned, and stops them
             if isinstance(exc, asyncio.CancelledError):
                 raise
+            log.exception("claim statement of %d leaders failed unexpectedly", len(taken))
             return
         for w, outcome in zip(taken, outcomes, strict=True):
             _settle(w, outcome)

@@ -35,6 +35,32 @@ async def pool(sched: SchedEnv) -> AsyncIterator[asyncpg.Pool]:
         await p.close()
 
 
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """One claim statement at a time; the shards of each statement sent, in order."""
+    monkeypatch.setattr(claims_mod, "MAX_IN_FLIGHT", 1)
+    shards: list[list[int]] = []
+    real = store.claim_many
+
+    async def counted(conn: Any, lease_ms: int, claims: Any) -> Any:
+        shards.append([lease.shard for lease, _ in claims])
+        return await real(conn, lease_ms, claims)
+
+    monkeypatch.setattr(store, "claim_many", counted)
+    return shards
+
+
+async def _hold_shard_row(other: asyncpg.Connection, shard: int) -> Any:
+    """A takeover of `shard` in flight on `other`: its row locked until the transaction
+    returned ends (a claim of the shard waits for it; rolled back, the claim goes on)."""
+    takeover = other.transaction()
+    await takeover.start()
+    await other.execute(
+        "UPDATE shard_leaders SET epoch = epoch + 1, owner = 'b' WHERE shard_id = $1", shard
+    )
+    return takeover
+
+
 async def _one_off_per_shard(
     sched: SchedEnv, conn: asyncpg.Connection, count: int
 ) -> dict[int, tuple[str, store.Lease, ClaimBatch]]:
@@ -93,30 +119,17 @@ async def test_one_statement_fences_each_shard_by_itself(sched: SchedEnv) -> Non
 
 
 async def test_claims_made_while_one_is_under_way_go_out_together(
-    sched: SchedEnv, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+    sched: SchedEnv, pool: asyncpg.Pool, sent: list[list[int]]
 ) -> None:
     """one statement at a time: the first claim waits for its shard's row (a takeover in
     flight that then rolls back); the two made meanwhile go out in ONE next statement, and
     every claim commits with its own runs"""
-    monkeypatch.setattr(claims_mod, "MAX_IN_FLIGHT", 1)
-    sent: list[list[int]] = []
-    real = store.claim_many
-
-    async def counted(conn: Any, lease_ms: int, claims: Any) -> Any:
-        sent.append([lease.shard for lease, _ in claims])
-        return await real(conn, lease_ms, claims)
-
-    monkeypatch.setattr(store, "claim_many", counted)
     conn = await asyncpg.connect(sched.dsn)
     other = await asyncpg.connect(sched.dsn)
     try:
         planned = await _one_off_per_shard(sched, conn, 3)
         (s1, (j1, l1, b1)), (s2, (j2, l2, b2)), (s3, (j3, l3, b3)) = planned.items()
-        takeover = other.transaction()
-        await takeover.start()
-        await other.execute(
-            "UPDATE shard_leaders SET epoch = epoch + 1, owner = 'b' WHERE shard_id = $1", s1
-        )
+        takeover = await _hold_shard_row(other, s1)
         combiner = ClaimCombiner(pool, 30_000, 5000)
         first = asyncio.ensure_future(combiner.claim(l1, b1))
         await asyncio.sleep(0.3)
@@ -158,11 +171,7 @@ async def test_a_batch_the_database_refuses_fails_only_its_own_claim(
         combiner = ClaimCombiner(pool, 30_000, 5000)
         # Hold the one statement slot with a claim waiting for its shard's row, so that the
         # three are queued and go out together.
-        takeover = other.transaction()
-        await takeover.start()
-        await other.execute(
-            "UPDATE shard_leaders SET epoch = epoch + 1, owner = 'b' WHERE shard_id = $1", s0
-        )
+        takeover = await _hold_shard_row(other, s0)
         holder = asyncio.ensure_future(combiner.claim(l0, b0))
         await asyncio.sleep(0.3)
         tasks = [
@@ -184,30 +193,17 @@ async def test_a_batch_the_database_refuses_fails_only_its_own_claim(
 
 
 async def test_a_claim_whose_leader_stopped_waiting_is_not_sent(
-    sched: SchedEnv, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+    sched: SchedEnv, pool: asyncpg.Pool, sent: list[list[int]]
 ) -> None:
     """a leader stopped (its task cancelled) while its claim waited for the statement under
     way: that claim is dropped unsent, its job not advanced; the claim queued after it goes
     out in the next statement and commits"""
-    monkeypatch.setattr(claims_mod, "MAX_IN_FLIGHT", 1)
-    sent: list[list[int]] = []
-    real = store.claim_many
-
-    async def counted(conn: Any, lease_ms: int, claims: Any) -> Any:
-        sent.append([lease.shard for lease, _ in claims])
-        return await real(conn, lease_ms, claims)
-
-    monkeypatch.setattr(store, "claim_many", counted)
     conn = await asyncpg.connect(sched.dsn)
     other = await asyncpg.connect(sched.dsn)
     try:
         planned = await _one_off_per_shard(sched, conn, 3)
         (s1, (j1, l1, b1)), (_, (j2, l2, b2)), (s3, (j3, l3, b3)) = planned.items()
-        takeover = other.transaction()
-        await takeover.start()
-        await other.execute(
-            "UPDATE shard_leaders SET epoch = epoch + 1, owner = 'b' WHERE shard_id = $1", s1
-        )
+        takeover = await _hold_shard_row(other, s1)
         combiner = ClaimCombiner(pool, 30_000, 5000)
         first = asyncio.ensure_future(combiner.claim(l1, b1))
         await asyncio.sleep(0.3)
