@@ -268,19 +268,7 @@ async def claim_many(
     fenced by itself, so a leader fenced out gets FencedOut (nothing of its batch written)
     while the others' claims commit. One outcome per claim, in order."""
     fences = [await _fence(conn, lease) for lease, _ in claims]
-    job_shards: list[str] = []
-    for lease, batch in claims:
-        job_shards += [str(lease.shard)] * len(batch.tenants)
-    rows = await conn.fetch(
-        QUERIES["claim_due"],
-        db.id_list(str(lease.shard) for lease, _ in claims),
-        db.num_list([lease.epoch for lease, _ in claims]),
-        db.num_list([epoch for epoch, _ in fences]),
-        [owner for _, owner in fences],
-        lease_ms,
-        db.id_list(job_shards),
-        *_joined(claims),
-    )
+    rows = await conn.fetch(QUERIES["claim_due"], *claim_params(claims, fences, lease_ms))
     # By position, in claim_due's column order (tenant, job_id, scheduled_at, priority,
     # handler, target, payload, timeout_ms, shard): a leader reads every row of a hot second.
     jobs: dict[tuple[str, str], asyncpg.Record] = {}
@@ -315,6 +303,26 @@ async def claim_many(
         if lease.shard in fenced
         else Claimed(claimed_by_shard.get(lease.shard, set()), runs.get(lease.shard, []))
         for lease, _ in claims
+    ]
+
+
+def claim_params(
+    claims: Sequence[tuple[Lease, ClaimBatch]],
+    fences: Sequence[tuple[int, str | None]],
+    lease_ms: int,
+) -> list[Any]:
+    """`claim_due`'s parameters for the claims, each fenced by the (epoch, owner) beside it."""
+    job_shards: list[str] = []
+    for lease, batch in claims:
+        job_shards += [str(lease.shard)] * len(batch.tenants)
+    return [
+        db.id_list(str(lease.shard) for lease, _ in claims),
+        db.num_list([lease.epoch for lease, _ in claims]),
+        db.num_list([epoch for epoch, _ in fences]),
+        [owner for _, owner in fences],
+        lease_ms,
+        db.id_list(job_shards),
+        *_joined(claims),
     ]
 
 

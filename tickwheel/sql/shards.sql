@@ -195,8 +195,15 @@ WITH leaders AS (
          AS c(shard, tenant, job_id, expected_ms, next_ms, complete)
     JOIN fence f ON f.shard = c.shard
     JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
-    WHERE j.shard_id = c.shard AND j.status = 'active'
-      AND j.next_run_at = 'epoch'::timestamptz + c.expected_ms * interval '1 millisecond'
+    -- Each job is found by its primary key; its shard and instant are only checked. Written
+    -- as plain comparisons, they let the planner probe `jobs_due` (shard, instant) instead,
+    -- and it did whenever `jobs` had not been analysed since the burst's jobs were written:
+    -- in a hot second every due job of a shard shares that entry, so each probe walked the
+    -- whole shard (12x the buffers, twice Postgres's CPU for the burst; docs/BENCHMARKS.md,
+    -- session 20). `+ 0` and `+ interval '0'` change no value and match no index.
+    WHERE j.shard_id + 0 = c.shard AND j.status = 'active'
+      AND j.next_run_at + interval '0'
+          = 'epoch'::timestamptz + c.expected_ms * interval '1 millisecond'
     FOR NO KEY UPDATE OF j SKIP LOCKED
 ), claimed AS (
     UPDATE jobs j SET
