@@ -38,15 +38,18 @@ def _every_second(job_id: str) -> dict[str, str]:
 
 
 async def _runs_in_every_status(conn: asyncpg.Pool, tenant: str, job_id: str) -> None:
-    """One run of the job per status, a second apart."""
+    """One run of the job per status, a second apart, all counted back from one instant read
+    once (each insert reading its own clock collided when a second turned between two)."""
+    base = await conn.fetchval("SELECT date_trunc('second', now())")
     for i, status in enumerate(STATUSES):
         await conn.execute(
             "INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, status,"
             " epoch, lease_until)"
-            " VALUES ($1, $2, date_trunc('second', now()) - $3 * interval '1 second', 0,"
-            " 'normal', $4, 1, now() + interval '5 seconds')",
+            " VALUES ($1, $2, $3::timestamptz - $4 * interval '1 second', 0,"
+            " 'normal', $5, 1, now() + interval '5 seconds')",
             tenant,
             job_id,
+            base,
             i,
             status,
         )
