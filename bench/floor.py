@@ -114,11 +114,20 @@ def _until_signalled() -> asyncio.Event:
     return stop
 
 
+async def claimer_connection(dsn: str) -> asyncpg.Connection:
+    """The claimer's session: key lookups only, as the consumers' and tickwheel's workers'.
+    Left to itself the planner joins a claim's 5,000 due jobs with the table by a hash join
+    over a scan of every job, at any size of the table (it costs 5,000 index probes above one
+    scan): 241 ms per claim at 1,000,000 jobs instead of 72-80 ms through the primary key, each
+    claim's cost growing with the table (docs/BENCHMARKS.md, session 23)."""
+    return await asyncpg.connect(dsn, server_settings=KEYED_LOOKUPS)
+
+
 async def claim_until_drained(dsn: str, kafka: str, topic: str, start_at_ms: int) -> int:
     """The claimer: claim and publish batches from `start_at_ms` until no job is due, then
     wait for SIGTERM (so that the harness reads its CPU). Returns the runs claimed."""
     stop = _until_signalled()
-    conn = await asyncpg.connect(dsn)
+    conn = await claimer_connection(dsn)
     prod = producer(kafka, **{"delivery.report.only.error": True})
     failures: list[str] = []
 
