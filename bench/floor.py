@@ -117,9 +117,10 @@ def _until_signalled() -> asyncio.Event:
 async def claimer_connection(dsn: str) -> asyncpg.Connection:
     """The claimer's session: key lookups only, as the consumers' and tickwheel's workers'.
     Left to itself the planner joins a claim's 5,000 due jobs with the table by a hash join
-    over a scan of every job, at any size of the table (it costs 5,000 index probes above one
-    scan): 241 ms per claim at 1,000,000 jobs instead of 72-80 ms through the primary key, each
-    claim's cost growing with the table (docs/BENCHMARKS.md, session 23)."""
+    over a scan of every job, at every size tried from 20,000 to 1,000,000 (it costs 5,000
+    index probes above one scan): 241 ms per claim at 1,000,000 jobs instead of 72-80 ms
+    through the primary key, each claim's cost growing with the table (docs/BENCHMARKS.md,
+    session 23)."""
     return await asyncpg.connect(dsn, server_settings=KEYED_LOOKUPS)
 
 
