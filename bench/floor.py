@@ -114,13 +114,15 @@ def _until_signalled() -> asyncio.Event:
     return stop
 
 
-async def claimer_connection(dsn: str) -> asyncpg.Connection:
-    """The claimer's session: key lookups only, as the consumers' and tickwheel's workers'.
-    Left to itself the planner joins a claim's 5,000 due jobs with the table by a hash join
-    over a scan of every job, at every size tried from 20,000 to 1,000,000 (it costs 5,000
-    index probes above one scan): 241 ms per claim at 1,000,000 jobs instead of 72-80 ms
-    through the primary key, each claim's cost growing with the table (docs/BENCHMARKS.md,
-    session 23)."""
+async def floor_connection(dsn: str) -> asyncpg.Connection:
+    """A session of the floor's (its claimer's and each consumer's): key lookups only, as
+    tickwheel's workers'. Left to itself the planner reaches the rows a statement names by a
+    scan of the whole table: the claim joined its 5,000 due jobs with `floor_jobs` by a hash
+    join over a scan of every job, at every size tried from 20,000 to 1,000,000 (one scan costs
+    less than 5,000 index probes in its model), 241 ms per claim at 1,000,000 jobs instead of
+    72-80 ms through the primary key (docs/BENCHMARKS.md, session 23); the result write, with
+    statistics taken while the table was empty, scanned every run for each batch (two of five
+    runs took several times longer)."""
     return await asyncpg.connect(dsn, server_settings=KEYED_LOOKUPS)
 
 
@@ -128,7 +130,7 @@ async def claim_until_drained(dsn: str, kafka: str, topic: str, start_at_ms: int
     """The claimer: claim and publish batches from `start_at_ms` until no job is due, then
     wait for SIGTERM (so that the harness reads its CPU). Returns the runs claimed."""
     stop = _until_signalled()
-    conn = await claimer_connection(dsn)
+    conn = await floor_connection(dsn)
     prod = producer(kafka, **{"delivery.report.only.error": True})
     failures: list[str] = []
 
@@ -162,11 +164,7 @@ async def claim_until_drained(dsn: str, kafka: str, topic: str, start_at_ms: int
 async def consume_until_stopped(dsn: str, kafka: str, topic: str, group: str) -> int:
     """A consumer: batches of runs marked succeeded, offsets stored after the write."""
     stop = _until_signalled()
-    # The result statement joins a batch's keys with the run rows through the primary key; with
-    # the table's statistics taken while it was empty the planner may scan every run for each
-    # batch instead (seen: two of five runs took several times longer). As for the workers,
-    # the session leaves it nothing but the key lookups.
-    conn = await asyncpg.connect(dsn, server_settings=KEYED_LOOKUPS)
+    conn = await floor_connection(dsn)
     cons: Consumer = consumer(kafka, group, **{"partition.assignment.strategy": "range"})
 
     def on_assign(_c: Consumer, parts: list[TopicPartition]) -> None:

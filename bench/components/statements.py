@@ -50,7 +50,7 @@ import asyncpg
 from tickwheel import db, queries
 from tickwheel.bench.floor import CLAIM_BATCH as FLOOR_CLAIM_BATCH
 from tickwheel.bench.floor import RESULT_BATCH as FLOOR_RESULT_BATCH
-from tickwheel.bench.floor import claimer_connection
+from tickwheel.bench.floor import floor_connection
 from tickwheel.bench.load import Handler, documents, due_instants, job_id, register_bulk_into
 from tickwheel.bench.scratch import TENANT
 from tickwheel.bench.supervisor import cpu_seconds
@@ -207,9 +207,9 @@ async def _floor_results(conn: asyncpg.Connection, runs: list[tuple[str, int]]) 
 
 
 async def _floor(dsn: str, jobs: int, admin: asyncpg.Pool) -> list[Phase]:
-    """The floor's two statements on `jobs` jobs due now, in its own tables, in a session set
-    as its claimer's and consumers' are (key lookups only)."""
-    conn = await claimer_connection(dsn)
+    """The floor's two statements on `jobs` jobs due now, in its own tables, in the floor's own
+    session (key lookups only)."""
+    conn = await floor_connection(dsn)
     try:
         await conn.execute(QUERIES["floor_schema"])
         await conn.execute(

@@ -4,9 +4,10 @@ Left to itself the planner joined a claim's 5,000 due jobs with `floor_jobs` by 
 a scan of every job (it costs one scan below 5,000 index probes) at every size tried: at
 1,000,000 jobs each claim scanned them all, 241 ms instead of 72-80 ms, so the floor a hot
 second of a million is compared with was slowed by its own plan (docs/BENCHMARKS.md, session
-23). The claimer's session (`claimer_connection`) leaves the planner key lookups only, as the
-floor's consumers and tickwheel's workers do. Checked here on a table the default planner does
-scan, in the generic plan the claimer's prepared statement runs, and by a real claim.
+23). The floor's session (`floor_connection`, its claimer's and its consumers') leaves the
+planner key lookups only, as tickwheel's workers' does. Checked here on a table the default
+planner does scan, in the generic plan the claimer's prepared statement runs, and by a real
+claim.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from tickwheel.bench.floor import CLAIM_BATCH, claimer_connection
+from tickwheel.bench.floor import CLAIM_BATCH, floor_connection
 from tickwheel.bench.load import job_id
 from tickwheel.clock import ms_to_datetime, now_ms
 from tickwheel.queries import QUERIES
@@ -49,7 +50,7 @@ async def test_floor_claim_uses_the_primary_key_not_a_scan(db_dsn: str) -> None:
     finally:
         await setup.close()
 
-    conn = await claimer_connection(db_dsn)
+    conn = await floor_connection(db_dsn)
     try:
         plan = await _claim_plan(conn)
         assert "Seq Scan" not in plan, plan
