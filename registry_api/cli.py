@@ -96,19 +96,27 @@ def tenant_add(name: str) -> None:
 
 
 NONE_WORDS = ("none", "off")  # an option given so lifts its quota
+MAX_COUNT = 1_000_000_000  # the largest job count or burst a quota takes (an integer column)
 
 
-def _quota_value(name: str, value: str, parse: Any, low: float) -> Any:
-    """An option's quota: None (lifted) or a number of at least `low`."""
+def _bound(value: float) -> str:
+    """A quota's bound as written in a sentence: 1000000, not 1e+06; 0.001 as is."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _quota_value(name: str, value: str, parse: Any, low: float, high: float) -> Any:
+    """An option's quota: None (lifted) or a number in [`low`, `high`]."""
     if value.strip().lower() in NONE_WORDS:
         return None
     try:
         number = parse(value)
     except ValueError:
         number = None
-    if number is None or not number >= low or number > 1_000_000_000:
+    if number is None or not low <= number <= high:
         kind = "an integer" if parse is int else "a number"
-        raise BadInput(f"{name}: must be {kind} of at least {low:g}, or 'none'; not {value!r}")
+        raise BadInput(
+            f"{name}: must be {kind} from {_bound(low)} to {_bound(high)}, or 'none'; not {value!r}"
+        )
     return number
 
 
@@ -135,23 +143,23 @@ def tenant_quota(
     process enforces a change from its next batch on."""
     from tickwheel.registry_api.store import RegistryStore
 
+    # Each bound as migration 0012's constraints and the integer columns allow.
     given = {
-        "max_jobs": ("--max-jobs", max_jobs, int, 0),
+        "max_jobs": ("--max-jobs", max_jobs, int, 0, MAX_COUNT),
         "max_registrations_per_s": (
             "--max-registrations-per-s",
             max_registrations_per_s,
             float,
             0.001,
+            1_000_000,
         ),
-        "registrations_burst": ("--registrations-burst", registrations_burst, int, 1),
+        "registrations_burst": ("--registrations-burst", registrations_burst, int, 1, MAX_COUNT),
     }
     changes = {
-        column: _quota_value(option, value, parse, low)
-        for column, (option, value, parse, low) in given.items()
+        column: _quota_value(option, value, parse, low, high)
+        for column, (option, value, parse, low, high) in given.items()
         if value is not None
     }
-    if changes.get("max_registrations_per_s", 1.0) > 1_000_000:
-        raise BadInput("--max-registrations-per-s: must be at most 1000000")
     s = settings()
 
     async def change(pool: Any) -> dict[str, Any]:

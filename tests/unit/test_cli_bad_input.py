@@ -60,8 +60,18 @@ def test_bad_input_exits_2_before_connecting(args: list[str], words: str) -> Non
         ),
         (["tenant", "quota", "acme", "--max-jobs", "-1"], {}, "--max-jobs: must be an integer"),
         (["tenant", "quota", "acme", "--max-jobs", "lots"], {}, "--max-jobs"),
-        (["tenant", "quota", "acme", "--max-registrations-per-s", "0"], {}, "at least 0.001"),
-        (["tenant", "quota", "acme", "--registrations-burst", "0"], {}, "at least 1"),
+        (
+            ["tenant", "quota", "acme", "--max-registrations-per-s", "0"],
+            {},
+            "from 0.001 to 1000000",
+        ),
+        (
+            ["tenant", "quota", "acme", "--max-registrations-per-s", "1e308"],
+            {},
+            "from 0.001 to 1000000",
+        ),
+        (["tenant", "quota", "acme", "--max-jobs", "1e9"], {}, "an integer from 0 to 1000000000"),
+        (["tenant", "quota", "acme", "--registrations-burst", "0"], {}, "from 1 to 1000000000"),
     ],
 )
 def test_limits_that_cannot_work_exit_2_before_connecting(
