@@ -58,15 +58,16 @@ class Scratch:
 async def scratch(
     dsn: str, kafka: str, zk: str, *, shards: int, partitions: int
 ) -> AsyncIterator[Scratch]:
-    """A migrated database (tenant `bench`, job_runs partitions ready) and fresh topics."""
-    async with scratch_database_async(dsn, "bench") as database:
-        await migrate(database.dsn)
-        conn = await asyncpg.connect(database.dsn)
-        try:
-            await conn.execute(QUERIES["bench_tenant"], TENANT)
-        finally:
-            await conn.close()
-        with unique_topics(kafka, "bench", partitions=partitions) as topics:
+    """Fresh topics and a migrated database of their deployment (tenant `bench`, job_runs
+    partitions ready)."""
+    with unique_topics(kafka, "bench", partitions=partitions) as topics:
+        async with scratch_database_async(dsn, "bench") as database:
+            await migrate(database.dsn, deployment=topics.prefix)
+            conn = await asyncpg.connect(database.dsn)
+            try:
+                await conn.execute(QUERIES["bench_tenant"], TENANT)
+            finally:
+                await conn.close()
             stamp_on_append(kafka, [topics.runs(p) for p in PRIORITIES])
             yield Scratch(database.dsn, database.name, topics, kafka, zk, shards)
 

@@ -52,6 +52,7 @@ def registry(
     import uvloop
 
     from tickwheel import logs
+    from tickwheel.deployment import WrongDeployment
     from tickwheel.registry_api.service import serve
 
     if no_http and no_intake:
@@ -70,6 +71,8 @@ def registry(
                 metrics_host=metrics_host,
             )
         )
+    except WrongDeployment as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
     except (OSError, asyncpg.PostgresError, asyncpg.ClientConfigurationError) as exc:
         startup_failed("registry", s, exc)
     # Non-zero when a part died (logged with its traceback): supervisors restart on it.

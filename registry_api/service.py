@@ -155,6 +155,12 @@ async def serve(
         max_size=10,
         server_settings={"idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_MS)},
     )
+    # No job of a database of another deployment is written or served (D-048).
+    try:
+        await db.check_deployment(pool, settings.topic_prefix, "registry")
+    except BaseException:
+        await pool.close()
+        raise
     process.on_close(pool.close)
     store = RegistryStore(pool, settings.shards, runs=run_limits_of(settings))
     metrics = Metrics()  # the HTTP part serves them; the intake counts into them too

@@ -33,6 +33,7 @@ def scheduler(member_id: str | None, metrics_port: int | None) -> None:
 
     from tickwheel import logs
     from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings, startup_failed
+    from tickwheel.deployment import WrongDeployment
     from tickwheel.shards.service import serve
 
     if member_id is not None and not ID_FORM.match(member_id):
@@ -41,6 +42,8 @@ def scheduler(member_id: str | None, metrics_port: int | None) -> None:
     logs.setup()
     try:
         code = uvloop.run(serve(s, member_id, metrics_port))
+    except WrongDeployment as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
     except (
         OSError,
         asyncpg.PostgresError,

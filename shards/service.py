@@ -111,6 +111,13 @@ class Scheduler:
             # The leaders' statements change no session state (transactions only).
             reset_sessions=False,
         )
+        # Nothing is led, claimed or published for a database of another deployment (D-048).
+        try:
+            await db.check_deployment(self._pool, s.topic_prefix, "scheduler")
+        except BaseException:
+            await self._pool.close()
+            self._pool = None
+            raise
         clock = DbClock()  # synced below, before any leader publishes
         client = f"scheduler-{uuid.uuid4().hex[:8]}"
         self._outbox = Outbox(

@@ -25,6 +25,7 @@ import click
 import orjson
 
 from tickwheel.config import ConfigError, Settings, load_settings, redact_dsn
+from tickwheel.deployment import WrongDeployment
 from tickwheel.domain import RunKeyError
 
 P = ParamSpec("P")
@@ -124,7 +125,7 @@ def one_line_errors(fn: Callable[P, T]) -> Callable[P, T]:
             return fn(*args, **kwargs)
         except CommandError as exc:
             code, message = exc.exit_code, str(exc)
-        except RunKeyError as exc:
+        except (RunKeyError, WrongDeployment) as exc:
             code, message = EXIT_BAD_INPUT, str(exc)
         except (asyncpg.UndefinedTableError, asyncpg.UndefinedColumnError) as exc:
             code = EXIT_ENVIRONMENT

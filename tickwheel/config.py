@@ -21,6 +21,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from tickwheel.deployment import PREFIX_FORM
 from tickwheel.domain import PRIORITIES, Priority
 from tickwheel.wire.job import TargetLimit
 
@@ -49,7 +50,7 @@ class Settings(BaseSettings):
     horizon_s: int = Field(600, ge=10, description="how far ahead leaders load jobs, seconds")
     lease_s: int = Field(30, ge=1, description="worker run lease, seconds")
     topic_prefix: str = Field(
-        "tickwheel", pattern=r"^[A-Za-z0-9._-]{1,100}$", description="prefix of every topic name"
+        "tickwheel", pattern=f"^{PREFIX_FORM.pattern}$", description="prefix of every topic name"
     )
     priority_weights: dict[str, int] = Field(
         default_factory=lambda: {

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from tickwheel.cli_support import (
+    EXIT_BAD_INPUT,
     OneLineCommand,
     emit_json,
     fail,
@@ -32,11 +33,15 @@ def _run_db(action: Callable[[Any], Awaitable[T]]) -> T:
 
 @db.command("migrate")
 def db_migrate() -> None:
-    """Apply pending migrations (a second run changes nothing) and prepare partitions."""
+    """Apply pending migrations (a second run changes nothing), prepare partitions, and record
+    the database as TICKWHEEL_TOPIC_PREFIX's deployment (refused, changing nothing, when it
+    belongs to another)."""
     from tickwheel import db as dbmod
 
+    prefix = settings().topic_prefix
+
     async def action(conn: Any) -> tuple[list[dbmod.Migration], int]:
-        applied = await dbmod.migrate(conn)
+        applied = await dbmod.migrate(conn, deployment=prefix)
         return applied, await dbmod.ensure_partitions(conn)
 
     applied, parts = _run_db(action)
@@ -45,6 +50,64 @@ def db_migrate() -> None:
     if not applied:
         click.echo("schema is current")
     click.echo(f"job_runs partitions created: {parts}")
+    click.echo(f"deployment: {prefix}")
+
+
+@db.group("deployment", invoke_without_command=True)
+@click.pass_context
+def db_deployment(ctx: click.Context) -> None:
+    """The deployment (topic prefix) this database belongs to; `rename` changes it."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from tickwheel import db as dbmod
+
+    recorded = _run_db(dbmod.deployment_of)
+    click.echo(recorded if recorded is not None else "none recorded (run `tickwheel db migrate`)")
+
+
+@db_deployment.command("rename", cls=OneLineCommand)
+@click.option("--from", "old", required=True, help="The deployment the database belongs to.")
+@click.option("--to", "new", required=True, help="The deployment it is to belong to.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Rename even though shard leaders have not stepped down (their processes are gone).",
+)
+def db_deployment_rename(old: str, new: str, force: bool) -> None:
+    """Make the database belong to deployment --to instead of --from. Stop --from's schedulers,
+    workers and registries first: they would go on under their old topics."""
+    from tickwheel.deployment import PREFIX_FORM
+    from tickwheel.queries import QUERIES
+
+    if not PREFIX_FORM.fullmatch(new):
+        fail(f"--to must match {PREFIX_FORM.pattern}, not {new!r}", EXIT_BAD_INPUT)
+
+    async def action(conn: Any) -> tuple[str | None, int]:
+        async with conn.transaction():
+            led = await conn.fetchval(QUERIES["deployment_led_shards"])
+            if led and not force:
+                return None, led
+            return await conn.fetchval(QUERIES["deployment_rename"], old, new), led
+
+    renamed, led = _run_db(action)
+    if renamed is None and led and not force:
+        fail(
+            f"{led} shard(s) still have a leader of deployment {old!r} recorded: stop its "
+            "schedulers first (a scheduler steps down when it stops), or pass --force if "
+            "their processes are gone",
+            EXIT_BAD_INPUT,
+        )
+    if renamed is None:
+        from tickwheel import db as dbmod
+
+        recorded = _run_db(dbmod.deployment_of)
+        fail(
+            f"the database belongs to deployment {recorded!r}, not {old!r}: nothing renamed"
+            if recorded is not None
+            else "the database records no deployment: run `tickwheel db migrate` instead",
+            EXIT_BAD_INPUT,
+        )
+    click.echo(f"deployment: {old} -> {new}")
 
 
 @db.command("partitions")

@@ -1,8 +1,10 @@
-"""Postgres access: connection pools, migrations, partition upkeep, constraint → domain errors.
+"""Postgres access: connection pools, migrations, the deployment a database belongs to,
+partition upkeep, constraint → domain errors.
 
 Migrations are `tickwheel/sql/migrations/NNNN_name.sql`, applied in number order inside one
 transaction under an advisory lock and recorded in `schema_migrations`; applying them again
-changes nothing.
+changes nothing. The same transaction records the deployment (topic prefix) the migration ran
+under, or refuses a database that belongs to another (tickwheel/deployment.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncpg
 # asyncpg's client-side input error (its public `DataError` is the server's SQLSTATE 22000).
 from asyncpg.exceptions._base import DataError as ClientDataError
 
+from tickwheel.deployment import WrongDeployment, ownership_problem
 from tickwheel.domain import PRIORITIES
 from tickwheel.queries import QUERIES
 from tickwheel.run_seal import RunSeal
@@ -128,8 +131,13 @@ async def create_pool(
     )
 
 
-async def migrate(conn: asyncpg.Connection) -> list[Migration]:
-    """Apply the migrations not yet recorded; return those applied (empty: already current)."""
+async def migrate(conn: asyncpg.Connection, deployment: str | None = None) -> list[Migration]:
+    """Apply the migrations not yet recorded; return those applied (empty: already current).
+
+    With `deployment` (a topic prefix), the database is recorded as that deployment's when it
+    records none yet; one that belongs to another deployment raises WrongDeployment and
+    nothing is applied. Without it, no deployment is recorded (a template for test databases,
+    each of which records its own)."""
     applied_now = []
     async with conn.transaction():
         await conn.execute(QUERIES["migrations_lock"])
@@ -141,7 +149,27 @@ async def migrate(conn: asyncpg.Connection) -> list[Migration]:
             await conn.execute(migration.sql)
             await conn.execute(QUERIES["migration_record"], migration.version, migration.name)
             applied_now.append(migration)
+        if deployment is not None:
+            recorded = await conn.fetchval(QUERIES["deployment_record"], deployment)
+            if (
+                problem := ownership_problem(recorded, deployment, "tickwheel db migrate")
+            ) is not None:
+                raise WrongDeployment(problem)
     return applied_now
+
+
+async def deployment_of(conn: asyncpg.Pool | asyncpg.Connection) -> str | None:
+    """The topic prefix of the deployment the database belongs to; None: none recorded."""
+    row = await conn.fetchrow(QUERIES["deployment_read"])
+    return None if row is None else str(row["topic_prefix"])
+
+
+async def check_deployment(conn: asyncpg.Pool | asyncpg.Connection, prefix: str, who: str) -> None:
+    """WrongDeployment unless the database belongs to deployment `prefix` (a process's first
+    read, before it leads, claims or runs anything). A database not migrated that far raises
+    asyncpg's UndefinedTableError: the schema is not current."""
+    if (problem := ownership_problem(await deployment_of(conn), prefix, who)) is not None:
+        raise WrongDeployment(problem)
 
 
 async def run_seal(pool: asyncpg.Pool | asyncpg.Connection) -> RunSeal | None:

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from tickwheel import db as dbmod
 from tickwheel.kafka import QUIET, consumer, create_topics, delete_topics, producer
+from tickwheel.queries import QUERIES
 from tickwheel.topics import Topics
 
 
@@ -88,13 +89,29 @@ def create_scratch_database(dsn: str, prefix: str) -> tuple[Database, Callable[[
     return Database(name, with_database(dsn, name)), lambda: asyncio.run(_admin(dsn, drop))
 
 
-async def migrate(dsn: str, *, partitions: bool = True) -> None:
-    """Apply every migration to the database of `dsn` (and create its job_runs partitions)."""
+async def migrate(dsn: str, *, deployment: str | None = None, partitions: bool = True) -> None:
+    """Apply every migration to the database of `dsn` (and create its job_runs partitions),
+    recording it as `deployment`'s (a topic prefix) when given: its schedulers, workers and
+    registries start only on a database of their own deployment (D-048)."""
     conn = await asyncpg.connect(dsn)
     try:
-        await dbmod.migrate(conn)
+        await dbmod.migrate(conn, deployment=deployment)
         if partitions:
             await dbmod.ensure_partitions(conn)
+    finally:
+        await conn.close()
+
+
+async def own_database(dsn: str, deployment: str) -> None:
+    """Make a migrated database `deployment`'s: recorded when it records none yet (a copy of a
+    template), renamed when it belongs to another (a test that moves to other topics)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        recorded = await dbmod.deployment_of(conn)
+        if recorded is None:
+            await dbmod.migrate(conn, deployment=deployment)
+        elif recorded != deployment:
+            await conn.execute(QUERIES["deployment_rename"], recorded, deployment)
     finally:
         await conn.close()
 

@@ -59,6 +59,7 @@ def worker(
 
     from tickwheel import logs
     from tickwheel.cli_support import EXIT_BAD_INPUT, fail, settings, startup_failed
+    from tickwheel.deployment import WrongDeployment
     from tickwheel.workers.handlers import HandlerLoadError, load_modules
     from tickwheel.workers.service import default_worker_id, serve
 
@@ -78,6 +79,8 @@ def worker(
         code = uvloop.run(
             serve(s, worker_id or default_worker_id(), concurrency, metrics_port, metrics_host)
         )
+    except WrongDeployment as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
     except (OSError, asyncpg.PostgresError, asyncpg.ClientConfigurationError) as exc:
         startup_failed("worker", s, exc)
     sys.exit(code)

@@ -608,6 +608,12 @@ async def serve(
         server_settings=db.KEYED_LOOKUPS,
         reset_sessions=False,
     )
+    # No run of a database of another deployment is executed (D-048).
+    try:
+        await db.check_deployment(pool, settings.topic_prefix, "worker")
+    except BaseException:
+        await pool.close()
+        raise
     process = Process("worker")
     metrics.registry.register(PartsCollector(process))
     worker = make_worker(

@@ -76,7 +76,7 @@ async def _scratch(dsn: str, kafka: str, count: int) -> AsyncIterator[tuple[str,
     registrations; yields (its DSN, the topics, seconds taken to produce); then cleans up."""
     async with scratch_database_async(dsn, "bench") as database:
         with unique_topics(kafka, "bench", partitions=PARTITIONS) as topics:
-            await migrate(database.dsn, partitions=False)
+            await migrate(database.dsn, deployment=topics.prefix, partitions=False)
             conn = await asyncpg.connect(database.dsn)
             await conn.execute("INSERT INTO tenants (name) VALUES ('bench')")
             await conn.close()

@@ -85,7 +85,7 @@ async def one_run(mode: str, processes: int, count: int, logs: Path) -> dict[str
     kafka = s.effective_kafka
     async with scratch_database_async(s.effective_dsn, "bench") as database:
         with unique_topics(kafka, "bench", partitions=PARTITIONS) as topics:
-            await migrate(database.dsn, partitions=False)
+            await migrate(database.dsn, deployment=topics.prefix, partitions=False)
             conn = await asyncpg.connect(database.dsn)
             await conn.execute("INSERT INTO tenants (name) VALUES ('bench')")
             await conn.close()

@@ -100,7 +100,7 @@ class Demo:
         s = self.settings
         db, drop_database = testing.create_scratch_database(s.effective_dsn, "tickwheel_demo")
         stack.callback(drop_database)
-        asyncio.run(testing.migrate(db.dsn))
+        asyncio.run(testing.migrate(db.dsn, deployment=self.prefix))
         self.dsn = db.dsn
         create_topics(s.effective_kafka, self.topics.all(), s.topic_partitions, 1)
         stack.callback(delete_topics, s.effective_kafka, self.topics.all())

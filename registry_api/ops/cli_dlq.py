@@ -199,6 +199,11 @@ def dlq_replay(
     show_bar = sys.stderr.isatty() and bool(chosen)
 
     async def work(conn: Any) -> Any:
+        from tickwheel.db import check_deployment
+
+        # The letters are this prefix's: replaying them into another deployment's database
+        # is the mistake D-048 refuses.
+        await check_deployment(conn, s.topic_prefix, "dlq replay")
         label = "checking" if dry_run else "replaying"
         bar: AbstractContextManager[Any] = (
             click.progressbar(length=len(chosen), label=label, file=sys.stderr)

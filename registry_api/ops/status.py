@@ -78,6 +78,9 @@ class WorkerMember:
 class Snapshot:
     prefix: str
     at_ms: int
+    # The deployment the database records (migration 0014): another than `prefix` means this
+    # status reads one deployment's topics and another's database; None: none recorded.
+    database_deployment: str | None = None
     shards: list[ShardStatus] = field(default_factory=list)
     schedulers: list[SchedulerStatus] = field(default_factory=list)
     backlog: list[TopicBacklog] = field(default_factory=list)
@@ -231,7 +234,7 @@ def _read_kafka(
     return backlog, dlq_messages, sorted(workers, key=lambda w: w.client_id), state
 
 
-async def _read_postgres(dsn: str) -> tuple[list[Any], dict[int, int]]:
+async def _read_postgres(dsn: str) -> tuple[list[Any], dict[int, int], str | None]:
     from tickwheel import db
     from tickwheel.queries import QUERIES
 
@@ -240,7 +243,7 @@ async def _read_postgres(dsn: str) -> tuple[list[Any], dict[int, int]]:
         leaders = list(await conn.fetch(QUERIES["ops_shard_leaders"]))
         rows = await conn.fetch(QUERIES["ops_shards_behind"])
         behind = {r["shard_id"]: r["behind_ms"] for r in rows}
-        return leaders, behind
+        return leaders, behind, await db.deployment_of(conn)
     finally:
         await conn.close()
 
@@ -268,7 +271,17 @@ async def collect(settings: Settings, previous: Snapshot | None = None) -> Snaps
     if isinstance(pg, BaseException):
         snap.errors.append(f"Postgres at {redact_dsn(settings.effective_dsn)}: {_reason(pg)}")
     else:
-        leaders, behind = pg
+        leaders, behind, snap.database_deployment = pg
+        if (recorded := snap.database_deployment) != settings.topic_prefix:
+            snap.errors.append(
+                f"Postgres at {redact_dsn(settings.effective_dsn)}: "
+                + (
+                    "the database records no deployment (run `tickwheel db migrate`)"
+                    if recorded is None
+                    else f"the database belongs to deployment {recorded!r}, not to "
+                    f"{settings.topic_prefix!r} (TICKWHEEL_TOPIC_PREFIX)"
+                )
+            )
         for row in leaders:
             s = shards.setdefault(row["shard_id"], ShardStatus(row["shard_id"]))
             s.owner, s.epoch, s.since_ms = row["owner"], row["epoch"], row["since_ms"]

@@ -60,6 +60,7 @@ def summary_lines(snap: Snapshot) -> list[str]:
     return [
         f"deployment {snap.prefix}: {snap.led}/{len(snap.shards)} shards led, "
         f"{len(snap.schedulers)} schedulers",
+        f"database belongs to: {snap.database_deployment or 'no deployment recorded'}",
         f"backlog: {backlog or '-'}",
         f"dlq messages: {'-' if snap.dlq_messages is None else snap.dlq_messages}",
         f"workers alive: {workers}{names}",

@@ -188,7 +188,8 @@ class SchedEnv:
 
 @pytest.fixture
 def sched(stack: Addresses, db_dsn: str, topics: Topics) -> Iterator[SchedEnv]:
-    """A scheduler deployment for one test: small shard count, short ticks and horizons."""
+    """A scheduler deployment for one test, on a database of its own (recorded as its topics'
+    deployment): small shard count, short ticks and horizons."""
     env = SchedEnv(
         dsn=db_dsn,
         stack=stack,
@@ -219,30 +220,12 @@ def sched(stack: Addresses, db_dsn: str, topics: Topics) -> Iterator[SchedEnv]:
                     os.kill(proc.pid, signal.SIGCONT)
                 proc.kill()
                 proc.wait(10)
-        # Jobs of this test must not keep firing into the next test's schedulers.
-        asyncio.run(_retire_jobs(db_dsn, env.tenant))
 
 
 async def _create_tenant(dsn: str, tenant: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute("INSERT INTO tenants (name) VALUES ($1)", tenant)
-    finally:
-        await conn.close()
-
-
-async def _retire_jobs(dsn: str, tenant: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(
-            "UPDATE jobs SET status = 'deleted', version = version + 1 WHERE tenant = $1", tenant
-        )
-        # Nor may its unfinished runs be swept (re-published) by the next test's leaders.
-        await conn.execute(
-            "UPDATE job_runs SET status = 'succeeded', finished_at = now()"
-            " WHERE tenant = $1 AND status IN ('pending', 'published', 'running', 'retrying')",
-            tenant,
-        )
     finally:
         await conn.close()
 

@@ -91,19 +91,19 @@ async def _seed(dsn: str, key: str | None) -> str:
 
 
 @pytest.fixture(scope="module")
-def tenant_key(db_dsn: str) -> str:
-    return asyncio.run(_seed(db_dsn, None))
+def tenant_key(module_db_dsn: str) -> str:
+    return asyncio.run(_seed(module_db_dsn, None))
 
 
 @pytest.fixture
-def api_key(db_dsn: str, tenant_key: str) -> str:
+def api_key(module_db_dsn: str, tenant_key: str) -> str:
     """The tenant's key, with its known jobs put back as seeded (earlier runs may delete or
     patch them)."""
-    return asyncio.run(_seed(db_dsn, tenant_key))
+    return asyncio.run(_seed(module_db_dsn, tenant_key))
 
 
 @pytest.fixture(scope="module")
-def fuzz_app(db_dsn: str) -> Iterator[FastAPI]:
+def fuzz_app(module_db_dsn: str) -> Iterator[FastAPI]:
     """The app with its pool opened by the ASGI lifespan.
 
     Schemathesis serves the app from an event loop thread of its own; an asyncpg pool belongs
@@ -114,7 +114,7 @@ def fuzz_app(db_dsn: str) -> Iterator[FastAPI]:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        store.pool = await asyncpg.create_pool(db_dsn, min_size=1, max_size=4)
+        store.pool = await asyncpg.create_pool(module_db_dsn, min_size=1, max_size=4)
         try:
             yield
         finally:

@@ -50,7 +50,7 @@ from tickwheel.registry_api.store import RegistryStore
 from tickwheel.run_seal import SEAL_HEADER, RunSeal
 from tickwheel.runtime import Process
 from tickwheel.stack import Addresses
-from tickwheel.testing import drain, produce, unique_topics
+from tickwheel.testing import drain, own_database, produce, unique_topics
 from tickwheel.topics import Topics
 from tickwheel.workers.handlers import Context
 from tickwheel.workers.host_limits import HORIZON_S
@@ -1024,6 +1024,7 @@ def wide_topics(stack: Addresses) -> Iterator[Topics]:
 def cluster(
     stack: Addresses, db_dsn: str, wide_topics: Topics, exec_log: Path, tmp_path: Path
 ) -> Iterator[Subprocesses]:
+    asyncio.run(own_database(db_dsn, wide_topics.prefix))  # the workers' deployment (D-048)
     with Subprocesses(stack, db_dsn, wide_topics, exec_log, tmp_path) as procs:
         yield procs
 
@@ -1188,6 +1189,7 @@ async def test_a_capped_tenant_never_runs_more_than_its_cap_across_workers(
     cap, runs = 3, 24
     sched.env["TICKWHEEL_TOPIC_PREFIX"] = wide_topics.prefix
     sched.topics = wide_topics
+    await own_database(sched.dsn, wide_topics.prefix)
     capped = sched.tenant
     other = replace(sched, tenant=f"u{uuid.uuid4().hex[:8]}")
     await sched.fetch("INSERT INTO tenants (name) VALUES ($1)", other.tenant)
