@@ -266,6 +266,9 @@ class RegistrationIntake:
         self._unsettled_since: float | None = None
         self.require_signature = require_signature
         self.signature_window_ms = signature_window_s * 1000
+        # From when (unix ms) the deployment's replay memory holds every id (D-048); read in
+        # `run`, when this intake's window joins the deployment's.
+        self.memory_complete_from_ms: int | None = None
         self.registrations_topic = registrations_topic
         # key prefix -> (its active keys, when the entry expires); only found keys are kept
         self._keys: dict[str, tuple[list[SigningKey], float]] = {}
@@ -320,6 +323,9 @@ class RegistrationIntake:
         `stall_s` end the part with `IntakeStalled`, so the process exits for its supervisor
         to restart it instead of lingering half-dead (I9).
         """
+        self.memory_complete_from_ms = await self.store.join_replay_memory(
+            self.signature_window_ms + FUTURE_SKEW_MS
+        )
         self.health.report(consuming=True)
         loop = asyncio.create_task(self._loop(stop), name="intake-loop")
         watch = asyncio.create_task(self._watch(stop, loop), name="intake-watch")
@@ -643,6 +649,14 @@ class RegistrationIntake:
                 f"expired: signed at {format_ms(signed_at_ms)}, more than "
                 f"{self.signature_window_ms // 1000} s before the registry's clock "
                 "(TICKWHEEL_INTAKE_SIGNATURE_WINDOW_S); sign it again to send it again"
+            )
+        if (since := self.memory_complete_from_ms) is not None and signed_at_ms < since:
+            # A registry of this deployment with a wider window started lately: ids signed
+            # before this instant may have been forgotten by the narrower memory (D-048).
+            raise EnvelopeError(
+                f"signed at {format_ms(signed_at_ms)}, before {format_ms(since)}, from when "
+                "this deployment's memory of message ids is complete (a registry with a wider "
+                "signature window started since); sign it again to send it again"
             )
         if signed_at_ms - now_ms > FUTURE_SKEW_MS:
             raise EnvelopeError(

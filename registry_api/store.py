@@ -617,6 +617,13 @@ class RegistryStore:
             for r in rows
         }
 
+    async def join_replay_memory(self, keep_ms: int) -> int | None:
+        """Lengthen the deployment's replay memory to `keep_ms` (ms an id is kept past its
+        signing) if it is shorter; answer the instant (unix ms) from which the memory holds
+        every id, None for a database that records no deployment (migration 0014)."""
+        row = await self.pool.fetchrow(QUERIES["deployment_widen_replay_memory"], keep_ms)
+        return None if row is None else int(row["complete_from_ms"])
+
     async def existing_tenants(self, names: Sequence[str]) -> set[str]:
         rows = await self.pool.fetch(QUERIES["tenants_existing"], list(set(names)))
         return {r["name"] for r in rows}

@@ -18,9 +18,11 @@ the topic and quoted, with the rest of the original, on the rejected topic.
 What each part binds, against a producer-side attacker who captured a signed message:
 
 - the topic: it names the deployment (its prefix), so a message signed for one deployment
-  does not verify on another that shares the database;
+  does not verify on another, even one whose tenants hold the same API keys;
 - the message id (`MESSAGE_ID_FORM`, random by default): the intake remembers the ids it
-  received, with where it received them, for the signature window; the same id again at
+  received, with where it received them, for the widest signature window of the
+  deployment's registries (its database's `deployment` row; a registry that widens it refuses
+  messages signed before the memory was complete for the wider window); the same id again at
   another position is a replay and changes nothing (a redelivery at the same position is the
   same message, which the intake's positions make a no-op anyway);
 - the signing instant: outside the window (too old, or ahead of the registry's clock by more

@@ -2,8 +2,8 @@
 
 A producer-side attacker who captured signed messages produces them again, byte for byte with
 their headers: an unversioned upsert after a later change, a delete after the job was created
-again, a pause after a resume, an unkeyed trigger, a message of another deployment sharing
-the database. Each copy is rejected with its reason and changes nothing, while the same
+again, a pause after a resume, an unkeyed trigger, a message signed for another deployment.
+Each copy is rejected with its reason and changes nothing, while the same
 messages redelivered at their own positions (a consumer group moved back) stay no-ops as
 before."""
 
@@ -162,10 +162,10 @@ async def test_redelivered_signed_registrations_are_no_replays(
 async def test_signatures_that_do_not_bind_this_deployment_now_are_rejected(
     stack: Addresses, topics: Topics, db_dsn: str, store: RegistryStore
 ) -> None:
-    """issue 28 finding 3: a message signed for another deployment's topic (sharing this
-    database), one signed in form 1 (the value alone), one signed longer ago than the window
-    and one signed far ahead of the registry's clock are rejected, each with its reason, and
-    store nothing"""
+    """issue 28 finding 3: a message signed for another deployment's topic (a staging
+    deployment given the same API keys), one signed in form 1 (the value alone), one signed
+    longer ago than the window and one signed far ahead of the registry's clock are rejected,
+    each with its reason, and store nothing"""
     tenant = f"t{uuid.uuid4().hex[:10]}"
     key = await store.create_tenant(tenant)
     signer = Signer(tenant, key, topics.registrations)
@@ -222,3 +222,49 @@ async def test_gc_removes_the_message_ids_past_their_expiry(db_dsn: str) -> None
         await conn.close()
     assert report.removed_registration_ids >= 1
     assert [r["message_id"] for r in left] == ["current-0000000000"]
+
+
+async def test_a_registry_with_a_wider_window_opens_no_gap_for_a_replay(
+    stack: Addresses, topics: Topics, db_dsn: str, store: RegistryStore
+) -> None:
+    """issue 48: ids are kept for the widest window any registry of the deployment took (the
+    retention keeps an id a narrow registry remembered while a wide one may still take its
+    message), and a registry that widened the memory refuses messages signed before the
+    memory was complete for it, since a narrower registry may have forgotten their ids"""
+    from tickwheel.maintenance import run_gc
+    from tickwheel.signatures import FUTURE_SKEW_MS
+
+    narrow_ms, wide_ms = 600_000 + FUTURE_SKEW_MS, WINDOW_S * 1000 + FUTURE_SKEW_MS
+    first = await store.join_replay_memory(narrow_ms)
+    assert first is not None and abs(first - (now_ms() - narrow_ms)) < 10_000
+    tenant = f"t{uuid.uuid4().hex[:10]}"
+    # What the narrow registry remembered 20 minutes ago, kept 15 minutes past its signing.
+    await store.pool.execute(
+        "INSERT INTO registration_ids (tenant, message_id, source_topic, source_partition,"
+        " source_offset, signed_at, expires_at) VALUES ($1, 'narrow-0000000000', 't', 0, 1,"
+        " now() - interval '20 minutes', now() - interval '5 minutes')",
+        tenant,
+    )
+    widened = await store.join_replay_memory(wide_ms)
+    assert widened is not None and abs(widened - (now_ms() - narrow_ms + 60_000)) < 10_000
+    assert await store.join_replay_memory(narrow_ms) == widened  # a narrow one changes nothing
+    conn = await asyncpg.connect(db_dsn)
+    try:
+        await run_gc(conn, retention_days=30)
+    finally:
+        await conn.close()
+    kept = await store.pool.fetch("SELECT 1 FROM registration_ids WHERE tenant = $1", tenant)
+    assert len(kept) == 1, "an id the wide registry may still be sent was removed"
+
+    signer = Signer(tenant, await store.create_tenant(tenant), topics.registrations)
+    too_early = signer.message(
+        {"op": "upsert", "job": _job("early", "0 1 * * *")},
+        signed_at_ms=widened - 120_000,  # inside the wide window, before the memory is whole
+    )
+    recent = signer.message({"op": "upsert", "job": _job("recent", "0 1 * * *")})
+    for value, headers in (too_early, recent):
+        produce(stack.kafka, topics.registrations, [("k", value)], headers)
+    await run_intake_until(_settings(stack, db_dsn, topics), store, 2)
+    assert set(await _jobs(store, tenant)) == {"recent"}
+    [[reason]] = _reasons(stack, topics, expect=1).values()
+    assert "this deployment's memory of message ids is complete" in reason

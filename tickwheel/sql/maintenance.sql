@@ -42,9 +42,13 @@ WHERE a.id = ar.audit_id AND a.started_at < $1::timestamptz
 DELETE FROM trigger_requests WHERE created_at < now() - interval '24 hours'
 
 -- gc_registration_ids --
--- Retention: message ids of signed registrations past their expiry; a message signed that
--- long ago is refused by its signing instant before any id is looked up.
-DELETE FROM registration_ids WHERE expires_at < now()
+-- Retention: message ids of signed registrations past their expiry and past the deployment's
+-- replay memory (migration 0014: the longest any of its registries keeps an id); a message
+-- signed that long ago is refused by its signing instant before any id is looked up.
+DELETE FROM registration_ids
+WHERE expires_at < now()
+  AND signed_at < now()
+      - coalesce((SELECT replay_memory_ms FROM deployment), 0) * interval '1 millisecond'
 
 -- gc_target_hosts --
 -- Retention: rows of `target_hosts` (a host's limit, or a job's own share `job:<tenant>/<job_id>`)
