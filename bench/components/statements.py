@@ -7,7 +7,9 @@ due at one instant in a scratch database of the dev stack:
 
     claim      the leader's claim (`shards/store.py` `claim`, fenced by itself, planned by
                `plan_claims`), one shard after another, `--claim` jobs per statement (344:
-               what a claim took in a hot second under the dispatch window, session 10)
+               what a claim took in a hot second under the dispatch window, session 10;
+               `--claim-across-shards`: exactly `--claim` per statement, several shards'
+               in one, through `claim_many` as the claim combiner sends them)
     start      the worker's claim (`RunStore.claim`, the workers' session settings),
                `--start` runs per statement (~60 in a hot second at concurrency 64), as for
                the sealed envelopes leaders publish (`worker_claim_sealed`: no job row read;
@@ -19,7 +21,9 @@ due at one instant in a scratch database of the dev stack:
 
 For each phase, per run: the CPU of the session's Postgres server process (read from /proc:
 run it on the database's host), this process's CPU (the Python that plans, encodes and decodes
-the batches), the wall time and the WAL written. `--rounds` repeats the
+the batches), the wall time and the WAL written — the server's (every database's writes and
+autovacuum's too) and the phase's statements' own (pg_stat_statements in the round's database:
+what the phase wrote while anything else runs on the server). `--rounds` repeats the
 whole on a new database; figures of one invocation compare, figures of two sessions are
 context. Nothing is asserted; every phase checks that it wrote every run. A variant is
 measured beside the current code, alternating round by round: `--variant NAME=FILE` runs the
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -61,7 +66,7 @@ from tickwheel.queries import QUERIES
 from tickwheel.schedule import ScheduleCache
 from tickwheel.shards import store as leader_store
 from tickwheel.shards.plan import JobEntry, plan_claims
-from tickwheel.shards.store import Lease
+from tickwheel.shards.store import FencedOut, Lease
 from tickwheel.testing import migrate, scratch_database_async
 from tickwheel.workers.store import Keys, Results, RunId, RunStore
 
@@ -80,12 +85,29 @@ class Phase:
     postgres_cpu_us_per_run: float
     python_cpu_us_per_run: float  # this process: planning, encoding, decoding the batches
     wall_us_per_run: float
-    wal_bytes_per_run: float
+    wal_bytes_per_run: float  # the server's: every database's writes during the phase
+    # The phase's statements' own (pg_stat_statements of the round's database); None without it.
+    statement_wal_bytes_per_run: float | None = None
 
 
 async def _wal(pool: asyncpg.Pool) -> int:
     """The server's WAL position in bytes (every session's writes, autovacuum's too)."""
     return int(await pool.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
+
+
+async def statement_stats(conn: asyncpg.Connection | asyncpg.Pool) -> None:
+    """pg_stat_statements in the round's database, if the server has it (else the statements'
+    WAL is not reported)."""
+    with contextlib.suppress(asyncpg.PostgresError):
+        await conn.execute(QUERIES["bench_statement_stats"])
+
+
+async def _statement_wal(pool: asyncpg.Pool) -> int | None:
+    """The WAL this database's statements wrote so far (None: no pg_stat_statements)."""
+    try:
+        return int(await pool.fetchval(QUERIES["bench_statement_wal"]))
+    except asyncpg.PostgresError:
+        return None
 
 
 async def _phase(
@@ -96,11 +118,14 @@ async def _phase(
     body: Callable[[], Awaitable[int]],
 ) -> Phase:
     """Run `body` (it returns its statement count), measured on the server process `pid`."""
+    statement_wal = await _statement_wal(admin)
     wal, cpu = await _wal(admin), cpu_seconds(pid)
     own, start = time.process_time(), time.perf_counter()
     calls = await body()
     wall, own = time.perf_counter() - start, time.process_time() - own
     used = cpu_seconds(pid) - cpu
+    wal_after = await _wal(admin)
+    statement_wal_after = await _statement_wal(admin)
     return Phase(
         name,
         runs,
@@ -108,7 +133,10 @@ async def _phase(
         round(used / runs * 1e6, 1),
         round(own / runs * 1e6, 1),
         round(wall / runs * 1e6, 1),
-        round((await _wal(admin) - wal) / runs, 1),
+        round((wal_after - wal) / runs, 1),
+        None
+        if statement_wal is None or statement_wal_after is None
+        else round((statement_wal_after - statement_wal) / runs, 1),
     )
 
 
@@ -131,16 +159,58 @@ async def _lead_every_shard(conn: asyncpg.Connection) -> list[tuple[Lease, list[
     return shards
 
 
+Statement = list[tuple[Lease, list[JobEntry]]]  # the leaders' due entries one claim carries
+
+
+def packed(shards: list[tuple[Lease, list[JobEntry]]], size: int) -> list[Statement]:
+    """The shards' due entries as claims of exactly `size` entries (the last one fewer), one
+    shard after another: a claim carries the tail of one shard's entries and the head of the
+    next's, as the claim combiner (shards/claims.py) carries several leaders' claims in one
+    statement. (One shard per statement, a claim is never larger than a shard's share: ~1,560
+    of 100,000 jobs on 64 shards.)"""
+    statements: list[Statement] = []
+    current: Statement = []
+    room = size
+    for lease, entries in shards:
+        start = 0
+        while start < len(entries):
+            chunk = entries[start : start + room]
+            current.append((lease, chunk))
+            start += len(chunk)
+            room -= len(chunk)
+            if room == 0:
+                statements.append(current)
+                current, room = [], size
+    if current:
+        statements.append(current)
+    return statements
+
+
 async def _leader_claims(
     conn: asyncpg.Connection,
     shards: list[tuple[Lease, list[JobEntry]]],
     claim: int,
     created: list[RunId],
+    across: bool = False,
 ) -> int:
-    """Every shard's jobs claimed through the leader's own path, `claim` per statement; the
-    runs created go to `created`. Returns the number of claims."""
+    """Every shard's jobs claimed through the leader's own path, `claim` per statement (one
+    shard's at a time, or, `across`, `packed` across shards through `claim_many`); the runs
+    created go to `created`. Returns the number of claims."""
     cache = ScheduleCache()
     calls = 0
+    if across:
+        for statement in packed(shards, claim):
+            # Planned at the jobs' instant: each one-off runs once, nothing misfires.
+            batches = [
+                (lease, plan_claims(chunk, chunk[0].next_ms, cache)) for lease, chunk in statement
+            ]
+            outcomes = await leader_store.claim_many(conn, PUBLISH_LEASE_MS, batches)
+            calls += 1
+            for (lease, chunk), outcome in zip(statement, outcomes, strict=True):
+                if isinstance(outcome, FencedOut) or len(outcome.runs) != len(chunk):
+                    raise RuntimeError(f"shard {lease.shard}: {outcome} for {len(chunk)} jobs")
+                created.extend((r.tenant, r.job_id, r.scheduled_ms) for r in outcome.runs)
+        return calls
     for lease, entries in shards:
         for start in range(0, len(entries), claim):
             chunk = entries[start : start + claim]
@@ -239,17 +309,19 @@ async def _round(
     result: int,
     setups: list[str],
     sealed: bool,
+    across: bool = False,
 ) -> list[Phase]:
-    """One database (`setups` run on it in turn once migrated): register, then the phases."""
+    """One database (`setups` run on it in turn once migrated): register, then the phases
+    (`across`: the leader's claims packed across shards, `packed`)."""
     async with scratch_database_async(dsn, "statements") as database:
         await migrate(database.dsn)
-        if setups:
-            conn = await asyncpg.connect(database.dsn)
-            try:
-                for setup in setups:
-                    await conn.execute(setup)
-            finally:
-                await conn.close()
+        conn = await asyncpg.connect(database.dsn)
+        try:
+            await statement_stats(conn)
+            for setup in setups:
+                await conn.execute(setup)
+        finally:
+            await conn.close()
         admin = await db.create_pool(database.dsn, min_size=1, max_size=2)
         leaders = await asyncpg.connect(database.dsn)
         # The workers' own session settings, one session so that one process does it all.
@@ -267,7 +339,7 @@ async def _round(
             runs: list[RunId] = []
             worker_pid = await workers.fetchval("SELECT pg_backend_pid()")
             store = RunStore(workers, OWNER, WORKER_LEASE_MS)
-            claimed = partial(_leader_claims, leaders, shards, claim, runs)
+            claimed = partial(_leader_claims, leaders, shards, claim, runs, across)
             started = partial(_in_batches, runs, start, partial(_start, store, sealed), "started")
             written = partial(_in_batches, runs, result, partial(_succeed, store), "written")
             steps = [
@@ -290,15 +362,17 @@ async def _round(
 def _table(rounds: list[tuple[str, list[Phase]]]) -> str:
     lines = [
         "| round | statements as | phase | runs | statements | Postgres CPU µs/run | "
-        "Python CPU µs/run | wall µs/run | WAL B/run |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        "Python CPU µs/run | wall µs/run | WAL B/run (server) | WAL B/run (statements) |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for i, (label, phases) in enumerate(rounds, 1):
         for p in phases:
+            own = p.statement_wal_bytes_per_run
             lines.append(
                 f"| {i} | {label} | {p.name} | {p.runs:,} | {p.calls:,} | "
                 f"{p.postgres_cpu_us_per_run} | {p.python_cpu_us_per_run} | "
-                f"{p.wall_us_per_run} | {p.wal_bytes_per_run:.0f} |"
+                f"{p.wall_us_per_run} | {p.wal_bytes_per_run:.0f} | "
+                f"{'—' if own is None else round(own)} |"
             )
     return "\n".join(lines)
 
@@ -320,6 +394,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--claim", type=int, default=344, help="jobs per leader claim")
+    parser.add_argument(
+        "--claim-across-shards",
+        action="store_true",
+        help="claims of exactly --claim jobs, several shards' in one statement (claim_many)",
+    )
     parser.add_argument("--start", type=int, default=64, help="runs per worker claim")
     parser.add_argument("--result", type=int, default=256, help="runs per result write")
     parser.add_argument(
@@ -359,6 +438,7 @@ def main() -> None:
                     args.result,
                     shared + ([setup] if label == "variant" and setup is not None else []),
                     not args.unsealed,
+                    args.claim_across_shards,
                 )
             )
             rounds.append((label, phases))
@@ -368,6 +448,7 @@ def main() -> None:
         report: dict[str, Any] = {
             "jobs": args.jobs,
             "batches": {"claim": args.claim, "start": args.start, "result": args.result},
+            "claim_across_shards": args.claim_across_shards,
             "start_claim": "unsealed" if args.unsealed else "sealed",
             "variants": args.variant,
             "variant_setup": args.variant_setup,

@@ -33,6 +33,19 @@ SELECT count(*) FROM shard_leaders WHERE owner IS NOT NULL
 -- The server processes of this database's connections (their CPU is read from /proc).
 SELECT pid FROM pg_stat_activity WHERE datname = current_database()
 
+-- bench_statement_stats --
+-- pg_stat_statements in a harness's scratch database (the dev stack preloads its library), so
+-- that the WAL its statements write can be read apart from the rest of the server's
+-- (`bench_statement_wal`). Needs a superuser, as the dev stack's role is.
+CREATE EXTENSION IF NOT EXISTS pg_stat_statements
+
+-- bench_statement_wal --
+-- The WAL written by the statements run in this database so far, as pg_stat_statements counts
+-- it (full-page images included, commit records and autovacuum not): what a phase of the
+-- statements harness wrote, whatever other databases of the server write meanwhile.
+SELECT coalesce(sum(wal_bytes), 0)::bigint FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+
 -- bench_tenant --
 INSERT INTO tenants (name) VALUES ($1) ON CONFLICT DO NOTHING
 
