@@ -1,4 +1,4 @@
--- Design B's hot statements (../shared/research/run-path.md §3.2), CANDIDATES measured by
+-- Design B's hot statements (docs/journal/run-path.md, *Design B*), CANDIDATES measured by
 -- bench/components/statements_b.py on the tables of run_path_b_schema.sql. Loaded by that
 -- harness only (tickwheel/sql/*.sql is what the system loads). Batches arrive as in
 -- tickwheel/sql/shards.sql and workers.sql: identifiers and numbers as one comma-joined text

@@ -1,4 +1,4 @@
--- Design B's run ledger (../shared/research/run-path.md §3.2; DESIGN §3 I1-I5): a CANDIDATE,
+-- Design B's run ledger (docs/journal/run-path.md, *Design B*; DESIGN §3 I1-I5): a CANDIDATE,
 -- measured by bench/components/statements_b.py on scratch databases. It is not a migration:
 -- applied after the migrations, beside `job_runs` (which B's statements do not touch).
 --

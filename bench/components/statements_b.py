@@ -1,6 +1,6 @@
 """Design B's hot statements beside today's, alternating round by round on fresh databases.
 
-Design B (../shared/research/run-path.md §3.2; DESIGN §3 I3, I4 as rewritten) writes a run
+Design B (docs/journal/run-path.md, *Design B*; DESIGN §3 I3, I4 as rewritten) writes a run
 twice, both times an INSERT into a narrow table: the leader's claim inserts the run's row into
 `run_claims` after a key read of the job (no write of the job's row, no lock), and the worker,
 after running the delivery, inserts its result into `run_outcomes`. The candidate schema is
