@@ -429,6 +429,7 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
             else 0.0
         ),
         "reexecutions": causes,
+        "reexecutions_by_fault": reexecutions_by_fault(rounds),
         "unexplained_reexecutions": causes[UNEXPLAINED],
         "early": sum(r["result"]["early"] for r in rounds),
         "failover_gap_max_s": max(gaps, default=None),
@@ -445,6 +446,26 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         ),
         "detail": list(rounds),
     }
+
+
+def reexecutions_by_fault(rounds: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per fault kind, over its rounds: the executed occurrences, the re-executions (executions
+    beyond the first of an occurrence) by cause, and their rate over the executed occurrences:
+    what each kind of fault costs in runs done again (at-least-once allows some; every one must
+    have a cause other than `unexplained`)."""
+    kinds: dict[str, dict[str, Any]] = {}
+    for r in rounds:
+        result = r["result"]
+        kind = kinds.setdefault(
+            r["fault"], {"executed": 0, "reexecutions": 0, "causes": dict.fromkeys(CAUSES, 0)}
+        )
+        kind["executed"] += result["executed_occurrences"]
+        kind["reexecutions"] += result["executions"] - result["executed_occurrences"]
+        for cause in CAUSES:
+            kind["causes"][cause] += result["reexecutions"][cause]
+    for kind in kinds.values():
+        kind["rate"] = kind["reexecutions"] / kind["executed"] if kind["executed"] else 0.0
+    return dict(sorted(kinds.items()))
 
 
 def _worst(

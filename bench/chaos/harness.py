@@ -608,4 +608,10 @@ def table(report: dict[str, Any]) -> str:
         f"re-executions by cause {report['reexecutions']})  "
         f"failover gap max {'-' if gap_max is None else f'{gap_max:.2f}'} s"
     )
+    for fault, kind in report["reexecutions_by_fault"].items():
+        causes = ", ".join(f"{c} {n}" for c, n in kind["causes"].items() if n)
+        lines.append(
+            f"re-executed under {fault}: {kind['reexecutions']} of {kind['executed']} executed "
+            f"({100 * kind['rate']:.3f}%){f': {causes}' if causes else ''}"
+        )
     return "\n".join(lines)

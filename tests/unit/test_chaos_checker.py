@@ -148,6 +148,25 @@ def test_summary_totals_rounds() -> None:
     assert report["unexplained_reexecutions"] == 2
 
 
+def test_reexecutions_are_reported_per_fault_kind_with_their_causes() -> None:
+    """each fault kind's re-executions over its executed occurrences, by cause: two rounds of
+    one kind add up, another kind stands apart, a kind with none reports a zero rate"""
+    twice = check_round(Ledger(frozenset({"t/a@1"}), [], [_start("t/a@1"), _start("t/a@1", 2)]))
+    once = check_round(Ledger(frozenset({"t/b@1"}), [], [_start("t/b@1")]))
+    rounds = [
+        {"round": 1, "fault": "worker_kill", "phase": "burst", "result": twice.as_dict()},
+        {"round": 2, "fault": "worker_kill", "phase": "steady", "result": once.as_dict()},
+        {"round": 3, "fault": "leader_kill", "phase": "burst", "result": once.as_dict()},
+    ]
+    by_fault = summarize(rounds)["reexecutions_by_fault"]
+    assert list(by_fault) == ["leader_kill", "worker_kill"]
+    worker = by_fault["worker_kill"]
+    assert (worker["executed"], worker["reexecutions"], worker["rate"]) == (2, 1, 0.5)
+    assert sum(worker["causes"].values()) == 1 and worker["causes"]["unexplained"] == 1
+    leader = by_fault["leader_kill"]
+    assert (leader["executed"], leader["reexecutions"], leader["rate"]) == (1, 0, 0.0)
+
+
 def test_a_reexecution_is_explained_by_its_earlier_attempts_worker_ending() -> None:
     """attempt 1 ran in a process later killed (or stopped): attempt 2 running again is
     explained by it; the same re-execution while that process lived on is unexplained"""
