@@ -282,13 +282,17 @@ def finite(value: float) -> float | None:
 
 @dataclass(frozen=True)
 class TenantFigures:
-    """One tenant's runs of a burst: starts and completions since T0, starts since each run's
-    own due instant (seconds)."""
+    """One tenant's runs of a burst: claims, publishes (the leader's produce instant the
+    worker recorded), starts and completions since T0, starts since each run's own due instant
+    (seconds). Where a tenant's runs waited shows between them: in the scheduler (claimed),
+    on the topics (published → started)."""
 
     runs: int
     started: Spread
     start_lateness: Spread
     completed: Spread
+    claimed: Spread | None = None
+    published: Spread | None = None
 
 
 def tenant_of(run_key: str) -> str:
@@ -317,5 +321,10 @@ def by_tenant(
                 len(keys),
             ),
             completed=Spread.of([(ms - t0_ms) / MS_PER_S for ms in done], len(keys)),
+            claimed=Spread.of([(r.claimed_ms - t0_ms) / MS_PER_S for r in mine], len(keys)),
+            published=Spread.of(
+                [(r.published_ms - t0_ms) / MS_PER_S for r in mine if r.published_ms],
+                len(keys),
+            ),
         )
     return figures
