@@ -1,10 +1,10 @@
 """ZooKeeper side of leadership: live members, one lock node per shard, session state.
 
-Choice (docs/DECISIONS.md): an own pure assignment (`assignment.py`) over ephemeral member nodes
-plus one ephemeral lock node per shard, rather than kazoo's `Election`/`Lock` per shard (64
-contenders queued on every shard leave the balance to chance) or `SetPartitioner` (it releases
-*every* partition on each membership change and waits for everyone to do so: a rebalance would
-stop all dispatching). Layout under `/tickwheel/<topic prefix>`:
+Choice (docs/DECISIONS.md D-104): an own pure assignment (`assignment.py`) over ephemeral
+member nodes plus one ephemeral lock node per shard, rather than kazoo's `Election`/`Lock` per
+shard (64 contenders queued on every shard leave the balance to chance) or `SetPartitioner`
+(it releases *every* partition on each membership change and waits for everyone to do so: a
+rebalance would stop all dispatching). Layout under `/tickwheel/<topic prefix>`:
 
     members/<id>   ephemeral, one per live scheduler process; data = JSON
                    {"id": <id>, "metrics": "host:port" or null} (how `tickwheel status`

@@ -27,8 +27,7 @@ database's clock, `dbclock.py`), in batches of `claim_batch` drawn fairly betwee
     3. publish the envelopes of the pending rows and wait for the broker's acks (I1); runs
        the broker refused are kept and published again at the next sweep, same attempt.
     The row is not written again after the ack: a worker's claim records `published_at` from
-    the record's timestamp (a per-run mark cost a third of Postgres's time in a hot second,
-    docs/DECISIONS.md).
+    the record's timestamp (docs/DECISIONS.md D-134).
 
 Why a crash at any step loses nothing and runs nothing twice in effect:
     - before 2 commits: nothing was written; the job's `next_run_at` is unchanged, so the next
@@ -100,7 +99,7 @@ from tickwheel.wheel import TimingWheel
 
 log = logging.getLogger("tickwheel.scheduler.leader")
 
-WHEEL_TICK_MS = 1  # exact to the millisecond (DECISIONS: recommended leader shape)
+WHEEL_TICK_MS = 1  # exact to the millisecond (docs/DECISIONS.md D-034)
 WHEEL_SIZE = 256
 RETRY_BACKOFF_S = 1.0  # seconds a leader waits after a failed database round trip
 _NOTHING_KNOWN = (0, -1)  # below every (version, next_run_at) a job can have

@@ -33,9 +33,9 @@ the registry (trigger and backfill requests) the one marked R:
     retrying    pending     L   … attempt 0 only: overlap `buffer_one`, held without a lease
 
 - `published` is still a valid status, written by releases before issue 14 (the leader marked
-  each acknowledged run; that second write of every run cost a third of Postgres's time in a
-  hot second, docs/DECISIONS.md). A run now stays `pending` until a worker claims it, and its
-  `published_at` is the instant the leader produced its envelope.
+  each acknowledged run, a second write of every run that docs/DECISIONS.md D-134 removed).
+  A run now stays `pending` until a worker claims it, and its `published_at` is the instant
+  the leader produced its envelope.
 - `attempt` counts dispatches: the first dispatch is attempt 1. Every envelope carries the
   attempt it dispatches; a worker claims a run only `WHERE attempt = <envelope attempt> AND
   status IN ('pending', 'published')` (I4), and writes its result only `WHERE attempt =

@@ -18,13 +18,13 @@
 -- only for the attempt the envelope dispatches. A delivery whose row is not returned is a
 -- duplicate or a stale redelivery. The job's backoff comes along for the result decision.
 -- `published_at` is recorded here, from the delivery's record timestamp (set when the leader
--- produced the envelope): the leader does not write the row again after the broker's ack,
--- which cost a third of Postgres's time in a hot second (docs/DECISIONS.md).
+-- produced the envelope): the leader does not write the row again after the broker's ack
+-- (docs/DECISIONS.md D-134).
 -- For deliveries without a valid seal (tickwheel/run_seal.py; sealed ones take
 -- `worker_claim_sealed`): what runs is the job's handler or target, payload and timeout as
 -- stored now, returned here: such an envelope only names the run and its attempt, so one
 -- produced by anyone but a scheduler cannot make a worker run content of its own
--- (docs/DECISIONS.md). `timeout_ms` NULL (it is NOT NULL in jobs): the job's row is gone.
+-- (docs/DECISIONS.md D-142). `timeout_ms` NULL (it is NOT NULL in jobs): the job's row is gone.
 -- $1 tenants, $2 job ids, $3 scheduled_at ms, $4 attempts, $5 worker id, $6 lease ms,
 -- $7 published ms (NULL: the record carried no timestamp), $8 the claimable statuses.
 -- The columns come out in the order of workers/store.py `Claim`.

@@ -10,7 +10,7 @@
 -- defaults to true, so a writer that does not know (a replay, a manual insert) is counted;
 -- the leader's claim and the runs on demand set it from the job. A job whose policy changes
 -- from `allow` while runs of it are in flight: those runs are not counted, so the next
--- occurrence may overlap them once (docs/DECISIONS.md).
+-- occurrence may overlap them once (docs/DECISIONS.md D-130).
 ALTER TABLE job_runs ADD COLUMN overlap_tracked boolean NOT NULL DEFAULT true;
 CREATE INDEX job_runs_overlap ON job_runs (tenant, job_id)
     WHERE overlap_tracked AND status IN ('pending', 'published', 'running', 'retrying');
