@@ -14,7 +14,8 @@ The app is assembled here from modules of one concern each:
     metrics.py   Prometheus collectors, the request log, the request body bound
     auth.py      bearer keys → tenants, with a short positive cache
     docs_page.py /docs: Swagger UI from the package, nothing from a CDN
-    ops/routes.py  operators' cross-tenant endpoints (operator keys) and the /ui status page
+    ops/routes.py  operators' cross-tenant endpoints (operator keys) and the /ui status page;
+                 ops/routes_jobs.py its jobs view and actions
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.errors import install_error_handlers
 from tickwheel.registry_api.metrics import Metrics, Observe
 from tickwheel.registry_api.ops.routes import install as install_ops
+from tickwheel.registry_api.ops.routes_jobs import install as install_ops_jobs
 from tickwheel.registry_api.params import Registry
 from tickwheel.registry_api.routes import jobs, operations
 from tickwheel.registry_api.store import RegistryStore
@@ -72,6 +74,7 @@ def create_app(
     app.include_router(jobs)
     app.include_router(operations)
     install_ops(app)  # /v1/ops/… and the /ui status page (ops/routes.py)
+    install_ops_jobs(app)  # the page's jobs view and its actions (ops/routes_jobs.py)
     install_docs(app)  # /docs, Swagger UI served from the package (docs_page.py)
     app.router.redirect_slashes = False
     app.router.default = SlashRedirect(app.router)

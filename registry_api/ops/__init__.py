@@ -10,6 +10,7 @@ SQL file `tickwheel/sql/ops.sql` and its `ops_` queries.
                     metrics and Kafka; `status_view.py` draws it (text, rich)
     store.py        the status page's bounded reads; `keys.py` operator keys
     routes.py, ui/  `/v1/ops/shards|throughput|dead` behind operator keys, the page at `/ui`
+    routes_jobs.py  the page's jobs view and its pause/resume (CSRF tokens: csrf.py), audited
     forms.py        the operators' input forms (--since, --rate, JOB)
     cli_*.py        `tickwheel dlq|runs|jobs|status|operator-key`, one module per command group
 

@@ -190,3 +190,70 @@ async def backfill_dispatched(
     row = await conn.fetchrow(QUERIES["ops_backfill_progress"], tenant, job_id, first_ms, last_ms)
     assert row is not None  # an aggregate always answers one row
     return row["dispatched"], row["total"]
+
+
+SCAN_BUDGET = 5000  # primary-key entries one page of the jobs view reads at most
+
+
+async def jobs_page(
+    pool: asyncpg.Pool,
+    *,
+    after: tuple[str, str] | None,
+    tenant: str | None,
+    status: str | None,
+    handler: str | None,
+    text: str | None,
+    limit: int,
+    budget: int = SCAN_BUDGET,
+) -> dict[str, Any]:
+    """One page of the jobs view: jobs after the cursor `after` (tenant, job id) in that
+    order, filtered, at most `limit`; `next` is the cursor of the following page (None: the
+    end). A page reads at most `budget` rows of the primary key, so a rare filter may answer
+    fewer than `limit` items with a `next` to go on from."""
+    start = after or ("", "")
+    if tenant is not None and start < (tenant, ""):
+        start = (tenant, "")  # the tenant's range starts here; before it nothing matches
+    rows = await pool.fetch(
+        QUERIES["ops_jobs_page"], *start, budget, tenant, status, handler, text, limit + 1
+    )
+    items = [r for r in rows if r["row_kind"] == "job"]
+    edge = next((r for r in rows if r["row_kind"] == "edge"), None)
+    cursor: tuple[str, str] | None
+    if len(items) > limit:
+        items = items[:limit]
+        cursor = (items[-1]["tenant"], items[-1]["job_id"])
+    elif edge is None or edge["scanned"] < budget:
+        cursor = None  # the key range ended within the budget
+    elif tenant is not None and edge["tenant"] != tenant:
+        cursor = None  # read past the tenant's jobs
+    else:
+        cursor = (edge["tenant"], edge["job_id"])
+    return {
+        "items": [
+            {
+                "tenant": r["tenant"],
+                "job_id": r["job_id"],
+                "kind": r["kind"],
+                "schedule": r["schedule"],
+                "at": _ms(r["run_at"]),
+                "timezone": r["timezone"],
+                "handler": r["handler"],
+                "status": r["status"],
+                "version": r["version"],
+                "next_run_at": _ms(r["next_run_at"]),
+                "updated_at": iso(r["updated_at"]),
+            }
+            for r in items
+        ],
+        "next": None if cursor is None else {"tenant": cursor[0], "job_id": cursor[1]},
+    }
+
+
+async def audit(
+    pool: asyncpg.Pool, operator: str, action: str, tenant: str, job_id: str, result: str
+) -> int:
+    """Record an operator's action on a job (`ops_audit`); its id."""
+    ident: int = await pool.fetchval(
+        QUERIES["ops_audit_insert"], operator, action, tenant, job_id, result
+    )
+    return ident

@@ -61,6 +61,9 @@ OPERATIONS = (
     ("GET", "/v1/ops/throughput"),
     ("GET", "/v1/ops/dead"),
     ("GET", "/v1/ops/tenants"),
+    ("GET", "/v1/ops/jobs"),
+    ("GET", "/v1/ops/csrf"),
+    ("POST", "/v1/ops/jobs/{tenant}/{job_id}/{action}"),
 )
 LIMITS = Limits(
     payload_limit_bytes=8192, target_allowlist=("https://hooks.example.test/",), shards=SHARDS

@@ -44,6 +44,58 @@ WHERE ($1::text IS NULL OR tenant = $1::text)
 ORDER BY tenant, job_id
 LIMIT $3
 
+-- ops_jobs_page --
+-- One page of the jobs view (`GET /v1/ops/jobs`): jobs in (tenant, id) order after the keyset
+-- cursor ($1, $2), read as one range of the primary key (tenant, job_id) that stops after $3
+-- index entries whatever the filters: tenant $4, status $5 (NULL: every status but deleted),
+-- handler $6, and $7 a piece of the job id (case-insensitive); NULL leaves a filter out. Up
+-- to $8 matches come back as kind 'job' in key order, then one row of kind 'edge': the last
+-- key read and how many were read (`scanned`), from which the caller tells the next cursor
+-- (fewer than $3 read: the end). So a page reads at most $3 rows at any table size, however rare its filter's hits.
+WITH scanned AS MATERIALIZED (
+    SELECT row_number() OVER (ORDER BY tenant, job_id) AS n,  -- the key order, as a number
+           tenant, job_id, kind, schedule, run_at, timezone, handler, status, version,
+           next_run_at, updated_at
+    FROM jobs
+    WHERE (tenant, job_id) > ($1::text, $2::text)
+    ORDER BY tenant, job_id
+    LIMIT $3
+), hits AS (
+    SELECT * FROM scanned
+    WHERE ($4::text IS NULL OR tenant = $4::text)
+      AND (CASE WHEN $5::text IS NULL THEN status <> 'deleted' ELSE status = $5::text END)
+      AND ($6::text IS NULL OR handler = $6::text)
+      AND ($7::text IS NULL OR strpos(lower(job_id), lower($7::text)) > 0)
+    ORDER BY n
+    LIMIT $8
+)
+(SELECT 'job' AS row_kind, tenant, job_id, kind, schedule,
+        (extract(epoch FROM run_at) * 1000)::bigint AS run_at, timezone, handler, status,
+        version, (extract(epoch FROM next_run_at) * 1000)::bigint AS next_run_at,
+        updated_at, n AS scanned
+ FROM hits
+ ORDER BY n)
+UNION ALL
+(SELECT 'edge', tenant, job_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, n
+ FROM scanned
+ ORDER BY n DESC
+ LIMIT 1)
+
+-- ops_audit_insert --
+-- What an operator did from the page: who (the operator key's name), what, to which job,
+-- with which result; when is the row's `at`.
+INSERT INTO ops_audit (operator, action, tenant, job_id, result)
+VALUES ($1, $2, $3, $4, $5)
+RETURNING id
+
+-- ops_audit_of_job --
+-- The operators' actions on one job, newest first.
+SELECT id, at, operator, action, result
+FROM ops_audit
+WHERE tenant = $1 AND job_id = $2
+ORDER BY id DESC
+LIMIT $3
+
 -- ops_backfill_progress --
 -- How far a backfill got: of the job's backfill runs scheduled in [$3, $4] (ms), how many have
 -- been dispatched (left `retrying` at attempt 0: claimed, held or skipped by the leader).

@@ -1,6 +1,8 @@
 // The tickwheel status page: polls the registry's /v1/ops/… endpoints with the operator key
-// (kept in sessionStorage, sent only as a Bearer header) and draws what they return. No
-// framework, no build step; every value from the server is put in the page as text.
+// (kept in sessionStorage, sent only as a Bearer header) and draws what they return; the jobs
+// view pages through jobs and pauses or resumes them (POSTs carry the CSRF token of
+// /v1/ops/csrf). No framework, no build step; every value from the server is put in the page
+// as text (textContent, dataset), never as HTML.
 "use strict";
 
 const KEY_ITEM = "tickwheel.operatorKey";
@@ -93,6 +95,164 @@ function renderDead(data) {
     body.appendChild(tr);
   }
   $("dead-none").hidden = data.items.length > 0;
+}
+
+// --- the jobs view: one page of /v1/ops/jobs at a time, filtered on the server --------------
+
+const JOBS_LIMIT = 50;
+const CSRF_HEADER = "X-CSRF-Token";
+// `after`: the cursor of the page shown (null: the first); `back`: the cursors before it.
+const jobsView = { filters: {}, after: null, back: [], next: null };
+let csrfToken = null;
+
+async function csrf() {
+  if (!csrfToken) csrfToken = (await getJson("/v1/ops/csrf")).token;
+  return csrfToken;
+}
+
+// A POST that changes state: with the key and the CSRF token; a refused token (a restarted
+// registry) is renewed once.
+async function postJson(path) {
+  for (let attempt = 0; ; attempt++) {
+    const token = await csrf();
+    const response = await fetch(path, {
+      method: "POST",
+      headers: {
+        Authorization: "Bearer " + sessionStorage.getItem(KEY_ITEM),
+        Accept: "application/json",
+        [CSRF_HEADER]: token,
+      },
+      cache: "no-store",
+      credentials: "omit",
+    });
+    let body = null;
+    try { body = await response.json(); } catch (_) { /* not JSON: reported below */ }
+    if (response.status === 403 && body && body.error === "csrf" && attempt === 0) {
+      csrfToken = null;
+      continue;
+    }
+    if (response.status === 401 || (response.status === 403 && !(body && body.error === "csrf"))) {
+      throw new Refused((body && body.detail) || "the key was refused (" + response.status + ")");
+    }
+    if (!response.ok) throw new Error((body && body.detail) || "HTTP " + response.status);
+    return body;
+  }
+}
+
+function jobsPath() {
+  const params = new URLSearchParams();
+  for (const [name, value] of Object.entries(jobsView.filters)) {
+    if (value) params.set(name, value);
+  }
+  if (jobsView.after) {
+    params.set("after_tenant", jobsView.after.tenant);
+    params.set("after_job", jobsView.after.job_id);
+  }
+  params.set("limit", String(JOBS_LIMIT));
+  return "/v1/ops/jobs?" + params.toString();
+}
+
+// An ISO-8601 instant from the server, shorter: "2026-12-06 07:50:00Z".
+function instant(text) {
+  return text ? text.replace("T", " ").replace(/\.000Z$/, "Z") : "—";
+}
+
+function actionButton(job) {
+  const action = job.status === "active" ? "pause" : job.status === "paused" ? "resume" : null;
+  if (!action) return null;
+  const button = document.createElement("button");
+  button.type = "button";
+  button.textContent = action === "pause" ? "Pause" : "Resume";
+  button.dataset.action = action;
+  button.addEventListener("click", () => act(job, action, button));
+  return button;
+}
+
+function renderJobs(data) {
+  const body = $("jobs").tBodies[0];
+  body.replaceChildren();
+  for (const j of data.items) {
+    const tr = document.createElement("tr");
+    tr.dataset.tenant = j.tenant;
+    tr.dataset.jobId = j.job_id;
+    cell(tr, j.tenant);
+    cell(tr, j.job_id, "id");
+    cell(tr, j.kind === "once" ? "at " + instant(j.at) : j.schedule || "—");
+    cell(tr, j.timezone);
+    // The schema keeps no pause note: the status is all there is to show.
+    cell(tr, j.status, "status-" + j.status);
+    cell(tr, instant(j.next_run_at), "when");
+    cell(tr, String(j.version), "num");
+    const td = cell(tr, "", "act");
+    const button = actionButton(j);
+    if (button) td.appendChild(button);
+    body.appendChild(tr);
+  }
+  jobsView.next = data.next;
+  $("jobs-none").hidden = data.items.length > 0;
+  $("jobs-next").disabled = !data.next;
+  $("jobs-prev").disabled = jobsView.back.length === 0;
+  $("jobs-first").disabled = !jobsView.after;
+  $("jobs-count").textContent = "page " + (jobsView.back.length + 1) + ", " +
+    data.items.length + " shown" + (data.next ? ", more on the next pages" : "");
+  document.body.dataset.jobsLoads = String(Number(document.body.dataset.jobsLoads || 0) + 1);
+}
+
+async function loadJobs() {
+  renderJobs(await getJson(jobsPath()));
+}
+
+async function showJobs(change) {
+  try {
+    change();
+    await loadJobs();
+  } catch (err) {
+    if (err instanceof Refused) { lock(err.message); return; }
+    $("jobs-message").textContent = "Could not load jobs: " + err.message;
+  }
+}
+
+async function act(job, action, button) {
+  button.disabled = true;
+  const path = "/v1/ops/jobs/" + encodeURIComponent(job.tenant) + "/" +
+    encodeURIComponent(job.job_id) + "/" + action;
+  try {
+    const done = await postJson(path);
+    $("jobs-message").textContent = done.job + ": " + done.result + " (version " + done.version + ")";
+    await loadJobs();
+  } catch (err) {
+    if (err instanceof Refused) { lock(err.message); return; }
+    $("jobs-message").textContent = job.tenant + "/" + job.job_id + ": " + err.message;
+    button.disabled = false;
+  }
+}
+
+function wireJobs() {
+  $("jobs-filter").addEventListener("submit", (event) => {
+    event.preventDefault();
+    showJobs(() => {
+      jobsView.filters = {
+        tenant: $("f-tenant").value.trim(),
+        status: $("f-status").value,
+        handler: $("f-handler").value.trim(),
+        q: $("f-text").value.trim(),
+      };
+      jobsView.after = null;
+      jobsView.back = [];
+    });
+  });
+  $("jobs-next").addEventListener("click", () => showJobs(() => {
+    if (!jobsView.next) return;
+    jobsView.back.push(jobsView.after);
+    jobsView.after = jobsView.next;
+  }));
+  $("jobs-prev").addEventListener("click", () => showJobs(() => {
+    if (jobsView.back.length) jobsView.after = jobsView.back.pop();
+  }));
+  $("jobs-first").addEventListener("click", () => showJobs(() => {
+    jobsView.after = null;
+    jobsView.back = [];
+  }));
 }
 
 // A round grid step (1, 2 or 5 × 10^n) so that four steps cover `value`; whole numbers for
@@ -223,10 +383,11 @@ function renderSummary(shards, throughput) {
 
 async function refresh() {
   try {
-    const [shards, throughput, dead] = await Promise.all([
+    const [shards, throughput, dead, jobs] = await Promise.all([
       getJson("/v1/ops/shards"),
       getJson("/v1/ops/throughput?minutes=" + MINUTES),
       getJson("/v1/ops/dead?limit=20"),
+      getJson(jobsPath()),
     ]);
     const now = Date.now();
     renderShards(shards, now);
@@ -235,6 +396,7 @@ async function refresh() {
     drawChart($("lag"), throughput.buckets, LAG, "ms");
     legend("lag-legend", LAG, throughput.buckets);
     renderDead(dead);
+    renderJobs(jobs);
     renderSummary(shards, throughput);
     $("updated").textContent = "updated " + new Date(now).toISOString() +
       " · refreshes every " + REFRESH_MS / 1000 + " s";
@@ -250,6 +412,7 @@ async function refresh() {
 
 function lock(message) {
   if (timer) { clearInterval(timer); timer = null; }
+  csrfToken = null;
   sessionStorage.removeItem(KEY_ITEM);
   $("status").hidden = true;
   $("login").hidden = false;
@@ -280,5 +443,6 @@ document.addEventListener("DOMContentLoaded", () => {
     unlock();
   });
   $("forget").addEventListener("click", () => lock(""));
+  wireJobs();
   if (sessionStorage.getItem(KEY_ITEM)) unlock(); else lock("");
 });
