@@ -34,27 +34,31 @@ def _ms(value: int | None) -> str | None:
     return None if value is None else format_ms(value)
 
 
+def _job_item(r: asyncpg.Record, *extra: str) -> dict[str, Any]:
+    """A job row as operators read it (the `jobs` commands, the jobs view), with the columns
+    `extra` as they are."""
+    return {
+        "tenant": r["tenant"],
+        "job_id": r["job_id"],
+        "kind": r["kind"],
+        "schedule": r["schedule"],
+        "at": _ms(r["run_at"]),
+        "timezone": r["timezone"],
+        **{column: r[column] for column in extra},
+        "status": r["status"],
+        "version": r["version"],
+        "next_run_at": _ms(r["next_run_at"]),
+        "updated_at": iso(r["updated_at"]),
+    }
+
+
 async def list_jobs(
     conn: asyncpg.Connection, *, tenant: str | None, status: str | None, limit: int
 ) -> list[dict[str, Any]]:
     """Jobs in (tenant, id) order; deleted ones only with `status='deleted'`."""
     rows = await conn.fetch(QUERIES["ops_jobs_list"], tenant, status, limit)
     return [
-        {
-            "job": job_key(r["tenant"], r["job_id"]),
-            "tenant": r["tenant"],
-            "job_id": r["job_id"],
-            "kind": r["kind"],
-            "schedule": r["schedule"],
-            "at": _ms(r["run_at"]),
-            "timezone": r["timezone"],
-            "priority": r["priority"],
-            "status": r["status"],
-            "version": r["version"],
-            "shard_id": r["shard_id"],
-            "next_run_at": _ms(r["next_run_at"]),
-            "updated_at": iso(r["updated_at"]),
-        }
+        {"job": job_key(r["tenant"], r["job_id"]), **_job_item(r, "priority", "shard_id")}
         for r in rows
     ]
 
@@ -229,22 +233,7 @@ async def jobs_page(
     else:
         cursor = (edge["tenant"], edge["job_id"])
     return {
-        "items": [
-            {
-                "tenant": r["tenant"],
-                "job_id": r["job_id"],
-                "kind": r["kind"],
-                "schedule": r["schedule"],
-                "at": _ms(r["run_at"]),
-                "timezone": r["timezone"],
-                "handler": r["handler"],
-                "status": r["status"],
-                "version": r["version"],
-                "next_run_at": _ms(r["next_run_at"]),
-                "updated_at": iso(r["updated_at"]),
-            }
-            for r in items
-        ],
+        "items": [_job_item(r, "handler") for r in items],
         "next": None if cursor is None else {"tenant": cursor[0], "job_id": cursor[1]},
     }
 

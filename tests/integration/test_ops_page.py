@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -24,7 +23,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from websockets.sync.client import connect
 
 import tickwheel
 from tickwheel.registry_api.ops.jobs import jobs_page
@@ -34,10 +32,10 @@ from .test_status_page import (
     PAGE_TIMEOUT_S,
     STARTUP_TIMEOUT_S,
     DevTools,
-    _chromium,
     _cli,
     _free_port,
     _get,
+    headless_chromium,
 )
 
 pytestmark = pytest.mark.integration
@@ -182,46 +180,8 @@ def registry(sched: SchedEnv) -> Registry:
 @pytest.fixture
 def page(tmp_path: Path) -> Iterator[DevTools]:
     """Headless Chromium at SCREEN with one blank page, driven over its DevTools websocket."""
-    exe = _chromium()
-    profile = tempfile.mkdtemp(prefix="tw-chromium-")
-    port = _free_port()
-    log = tmp_path / "chromium.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            [
-                exe,
-                "--headless=new",
-                "--no-sandbox",  # CI runs as root, where Chromium's sandbox cannot start
-                "--disable-gpu",
-                "--no-first-run",
-                "--no-default-browser-check",
-                f"--user-data-dir={profile}",
-                f"--remote-debugging-port={port}",
-                f"--window-size={SCREEN[0]},{SCREEN[1]}",
-                "about:blank",
-            ],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    try:
-
-        def pages() -> list[dict[str, Any]] | None:
-            assert proc.poll() is None, f"chromium exited: {log.read_text(errors='replace')}"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2) as r:
-                    found = [t for t in json.loads(r.read()) if t["type"] == "page"]
-            except OSError:
-                return None
-            return found or None
-
-        targets = asyncio.run(wait_for(pages, STARTUP_TIMEOUT_S, what="chromium's DevTools"))
-        with connect(targets[0]["webSocketDebuggerUrl"], max_size=None) as ws:
-            yield DevTools(ws)
-    finally:
-        proc.kill()
-        proc.wait(10)
-        shutil.rmtree(profile, ignore_errors=True)
+    with headless_chromium(tmp_path, SCREEN) as browser:
+        yield browser
 
 
 def _open(page: DevTools, registry: Registry) -> None:

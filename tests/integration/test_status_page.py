@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -229,13 +230,14 @@ class DevTools:
         return result["result"].get("value")
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[DevTools]:
-    """Headless Chromium with one blank page, driven over its DevTools websocket."""
+@contextlib.contextmanager
+def headless_chromium(log_dir: Path, window: tuple[int, int]) -> Iterator[DevTools]:
+    """Headless Chromium with one blank page of `window` (width, height), driven over its
+    DevTools websocket; its output goes to `log_dir`/chromium.log."""
     exe = _chromium()
     profile = tempfile.mkdtemp(prefix="tw-chromium-")
     port = _free_port()
-    log = tmp_path / "chromium.log"
+    log = log_dir / "chromium.log"
     with log.open("wb") as sink:
         proc = subprocess.Popen(
             [
@@ -247,7 +249,7 @@ def browser(tmp_path: Path) -> Iterator[DevTools]:
                 "--no-default-browser-check",
                 f"--user-data-dir={profile}",
                 f"--remote-debugging-port={port}",
-                "--window-size=1200,1700",
+                f"--window-size={window[0]},{window[1]}",
                 "about:blank",
             ],
             stdout=sink,
@@ -272,6 +274,13 @@ def browser(tmp_path: Path) -> Iterator[DevTools]:
         proc.kill()
         proc.wait(10)
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[DevTools]:
+    """Headless Chromium with one blank page, driven over its DevTools websocket."""
+    with headless_chromium(tmp_path, (1200, 1700)) as page:
+        yield page
 
 
 def test_status_page_shows_the_running_system(
