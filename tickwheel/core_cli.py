@@ -76,35 +76,38 @@ def db_deployment(ctx: click.Context) -> None:
 def db_deployment_rename(old: str, new: str, force: bool) -> None:
     """Make the database belong to deployment --to instead of --from. Stop --from's schedulers,
     workers and registries first: they would go on under their old topics."""
+    from tickwheel import db as dbmod
     from tickwheel.deployment import PREFIX_FORM
     from tickwheel.queries import QUERIES
 
     if not PREFIX_FORM.fullmatch(new):
         fail(f"--to must match {PREFIX_FORM.pattern}, not {new!r}", EXIT_BAD_INPUT)
 
-    async def action(conn: Any) -> tuple[str | None, int]:
+    async def action(conn: Any) -> tuple[str | None, int, bool]:
+        """(the deployment recorded, shards with a leader recorded, whether it was renamed)"""
         async with conn.transaction():
-            led = await conn.fetchval(QUERIES["deployment_led_shards"])
-            if led and not force:
-                return None, led
-            return await conn.fetchval(QUERIES["deployment_rename"], old, new), led
+            recorded = await dbmod.deployment_of(conn)
+            led = int(await conn.fetchval(QUERIES["deployment_led_shards"]))
+            if recorded != old or (led and not force):
+                return recorded, led, False
+            await conn.execute(QUERIES["deployment_rename"], old, new)
+            return recorded, led, True
 
-    renamed, led = _run_db(action)
-    if renamed is None and led and not force:
+    recorded, led, renamed = _run_db(action)
+    if recorded is None:
+        fail(
+            "the database records no deployment: run `tickwheel db migrate` instead", EXIT_BAD_INPUT
+        )
+    if recorded != old:
+        fail(
+            f"the database belongs to deployment {recorded!r}, not {old!r}: nothing renamed",
+            EXIT_BAD_INPUT,
+        )
+    if not renamed:
         fail(
             f"{led} shard(s) still have a leader of deployment {old!r} recorded: stop its "
             "schedulers first (a scheduler steps down when it stops), or pass --force if "
             "their processes are gone",
-            EXIT_BAD_INPUT,
-        )
-    if renamed is None:
-        from tickwheel import db as dbmod
-
-        recorded = _run_db(dbmod.deployment_of)
-        fail(
-            f"the database belongs to deployment {recorded!r}, not {old!r}: nothing renamed"
-            if recorded is not None
-            else "the database records no deployment: run `tickwheel db migrate` instead",
             EXIT_BAD_INPUT,
         )
     click.echo(f"deployment: {old} -> {new}")

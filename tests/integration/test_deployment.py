@@ -118,7 +118,8 @@ async def test_migrate_records_the_prefix_refuses_another_and_rename_is_explicit
 ) -> None:
     """`db migrate` under another prefix exits 2 and records nothing; `db deployment` and
     `status --json` name the database's deployment; `db deployment rename` refuses a wrong
-    --from and, without --force, a database whose shards still have a leader; once renamed,
+    --from (named as such while shards are led too) and, without --force, a database whose
+    shards still have a leader; once renamed,
     a scheduler of the old prefix refuses and the new one's `db migrate` succeeds"""
     mine = sched.topics.prefix
     other = f"b{uuid.uuid4().hex[:10]}"
@@ -131,11 +132,11 @@ async def test_migrate_records_the_prefix_refuses_another_and_rename_is_explicit
     status = orjson.loads(_tickwheel(sched.env, "status", "--json").stdout)
     assert status["database_deployment"] == mine and status["prefix"] == mine
 
+    await _lead(sched.dsn, range(1), "still-running")
     wrong_from = _tickwheel(sched.env, "db", "deployment", "rename", "--from", "x", "--to", other)
     assert wrong_from.returncode == 2 and f"belongs to deployment {mine!r}, not 'x'" in (
         wrong_from.stderr
     )
-    await _lead(sched.dsn, range(1), "still-running")
     led = _tickwheel(sched.env, "db", "deployment", "rename", "--from", mine, "--to", other)
     assert led.returncode == 2 and "1 shard(s) still have a leader" in led.stderr
     assert _tickwheel(sched.env, "db", "deployment").stdout.strip() == mine
