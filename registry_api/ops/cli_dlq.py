@@ -190,19 +190,19 @@ def dlq_replay(
     Runs that are not dead any more are skipped, runs of deleted jobs refused; each is
     reported with its reason. Every replay but a dry run is recorded (`tickwheel dlq audit`).
     """
+    from tickwheel.db import check_deployment
     from tickwheel.registry_api.replay import Outcome, replay
 
     s = settings()
     rate = None if rate_text is None else parse_rate(rate_text)
     flt = _dlq_filter(since, job_id, tenant, error, limit)
+    # The letters are this prefix's: replaying them into another deployment's database is the
+    # mistake D-048 refuses, before any letter is read (and again in the replay's session).
+    with_db(lambda conn: check_deployment(conn, s.topic_prefix, "dlq replay"), s)
     chosen, malformed = _read_selected(s, flt)
     show_bar = sys.stderr.isatty() and bool(chosen)
 
     async def work(conn: Any) -> Any:
-        from tickwheel.db import check_deployment
-
-        # The letters are this prefix's: replaying them into another deployment's database
-        # is the mistake D-048 refuses.
         await check_deployment(conn, s.topic_prefix, "dlq replay")
         label = "checking" if dry_run else "replaying"
         bar: AbstractContextManager[Any] = (

@@ -162,3 +162,14 @@ async def test_a_database_that_records_no_deployment_is_refused(
     assert f"TICKWHEEL_TOPIC_PREFIX={sched.topics.prefix}" in done.stderr
     assert _tickwheel(env, "db", "migrate").returncode == 0
     assert _tickwheel(env, "db", "deployment").stdout.strip() == sched.topics.prefix
+
+
+async def test_a_dlq_replay_under_another_prefix_replays_nothing(sched: SchedEnv) -> None:
+    """`tickwheel dlq replay` configured for another prefix exits 2 with the sentence before it
+    reads a letter, and no run of the database changes"""
+    before = await _ledger(sched)
+    env = {**sched.env, "TICKWHEEL_TOPIC_PREFIX": f"b{uuid.uuid4().hex[:10]}"}
+    done = _tickwheel(env, "dlq", "replay", "--limit", "10")
+    assert done.returncode == 2, done.stderr
+    assert "dlq replay cannot use this database: it belongs to deployment" in done.stderr
+    assert await _ledger(sched) == before

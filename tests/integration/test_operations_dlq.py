@@ -365,6 +365,7 @@ def test_unreachable_kafka_is_one_line_and_exit_1(scene: Scene) -> None:
     """a broker that does not answer: exit 1 within the short timeout, one line naming it"""
     env = {
         "TICKWHEEL_DSN": scene.dsn,
+        "TICKWHEEL_TOPIC_PREFIX": scene.topics.prefix,  # the database's deployment (D-048)
         "TICKWHEEL_KAFKA": "127.0.0.1:1",
         "TICKWHEEL_OPS_KAFKA_TIMEOUT_S": "1.5",
     }
