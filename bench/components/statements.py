@@ -45,7 +45,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
@@ -301,19 +301,16 @@ async def _floor(dsn: str, jobs: int, admin: asyncpg.Pool) -> list[Phase]:
         await conn.close()
 
 
-async def _round(
-    dsn: str,
-    jobs: int,
-    claim: int,
-    start: int,
-    result: int,
-    setups: list[str],
-    sealed: bool,
-    across: bool = False,
-) -> list[Phase]:
-    """One database (`setups` run on it in turn once migrated): register, then the phases
-    (`across`: the leader's claims packed across shards, `packed`)."""
-    async with scratch_database_async(dsn, "statements") as database:
+@contextlib.asynccontextmanager
+async def round_database(
+    dsn: str, name: str, jobs: int, setups: Sequence[str], after_register: Sequence[str] = ()
+) -> AsyncIterator[tuple[str, asyncpg.Pool, asyncpg.Connection, asyncpg.Pool]]:
+    """A round's scratch database `<name>_<random>` on the server of `dsn`: migrated,
+    pg_stat_statements on, `setups` run in turn, the bench tenant's `jobs` one-offs registered
+    and `after_register` run; yields (its DSN, an admin pool, the leaders' session, the
+    workers' one session with the workers' own settings), all closed and the database dropped
+    after."""
+    async with scratch_database_async(dsn, name) as database:
         await migrate(database.dsn)
         conn = await asyncpg.connect(database.dsn)
         try:
@@ -335,28 +332,51 @@ async def _round(
         try:
             await admin.execute(QUERIES["bench_tenant"], TENANT)
             await _register(database.dsn, admin, jobs)
-            shards = await _lead_every_shard(leaders)
-            runs: list[RunId] = []
-            worker_pid = await workers.fetchval("SELECT pg_backend_pid()")
-            store = RunStore(workers, OWNER, WORKER_LEASE_MS)
-            claimed = partial(_leader_claims, leaders, shards, claim, runs, across)
-            started = partial(_in_batches, runs, start, partial(_start, store, sealed), "started")
-            written = partial(_in_batches, runs, result, partial(_succeed, store), "written")
-            steps = [
-                ("claim", leaders.get_server_pid(), claimed),
-                ("start", worker_pid, started),
-                ("result", worker_pid, written),
-            ]
-            phases = [await _phase(name, jobs, pid, admin, body) for name, pid, body in steps]
-            progress = await admin.fetchrow(QUERIES["bench_progress"])
-            assert progress is not None  # an aggregate has its row
-            if progress["claimed"] != jobs or progress["completed"] != jobs:
-                raise RuntimeError(f"the database holds {dict(progress)} for {jobs} jobs")
-            return phases + await _floor(database.dsn, jobs, admin)
+            for statement in after_register:
+                await admin.execute(statement)
+            yield database.dsn, admin, leaders, workers
         finally:
             await workers.close()
             await leaders.close()
             await admin.close()
+
+
+async def _round(
+    dsn: str,
+    jobs: int,
+    claim: int,
+    start: int,
+    result: int,
+    setups: list[str],
+    sealed: bool,
+    across: bool = False,
+) -> list[Phase]:
+    """One database (`setups` run on it in turn once migrated): register, then the phases
+    (`across`: the leader's claims packed across shards, `packed`)."""
+    async with round_database(dsn, "statements", jobs, setups) as (
+        dsn_of_round,
+        admin,
+        leaders,
+        workers,
+    ):
+        shards = await _lead_every_shard(leaders)
+        runs: list[RunId] = []
+        worker_pid = await workers.fetchval("SELECT pg_backend_pid()")
+        store = RunStore(workers, OWNER, WORKER_LEASE_MS)
+        claimed = partial(_leader_claims, leaders, shards, claim, runs, across)
+        started = partial(_in_batches, runs, start, partial(_start, store, sealed), "started")
+        written = partial(_in_batches, runs, result, partial(_succeed, store), "written")
+        steps = [
+            ("claim", leaders.get_server_pid(), claimed),
+            ("start", worker_pid, started),
+            ("result", worker_pid, written),
+        ]
+        phases = [await _phase(name, jobs, pid, admin, body) for name, pid, body in steps]
+        progress = await admin.fetchrow(QUERIES["bench_progress"])
+        assert progress is not None  # an aggregate has its row
+        if progress["claimed"] != jobs or progress["completed"] != jobs:
+            raise RuntimeError(f"the database holds {dict(progress)} for {jobs} jobs")
+        return phases + await _floor(dsn_of_round, jobs, admin)
 
 
 def _table(rounds: list[tuple[str, list[Phase]]]) -> str:
