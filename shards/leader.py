@@ -102,6 +102,8 @@ log = logging.getLogger("tickwheel.scheduler.leader")
 WHEEL_TICK_MS = 1  # exact to the millisecond (docs/DECISIONS.md D-034)
 WHEEL_SIZE = 256
 RETRY_BACKOFF_S = 1.0  # seconds a leader waits after a failed database round trip
+# Publishes of runs that may have gone out before: a worker claims them before it runs them.
+SENT_AGAIN = frozenset({"unacked", "adopted", "republish"})
 _NOTHING_KNOWN = (0, -1)  # below every (version, next_run_at) a job can have
 UNBLOCK_CONNECT_TIMEOUT_S = 10.0  # seconds to open (and close) the connection that ends blockers
 # A periodic step (sweep, re-sync) that fails so is logged and tried again at its next turn.
@@ -608,7 +610,9 @@ class ShardLeader:
         if not runs:
             return
         assert self.lease is not None
-        acked = await self.s.outbox.publish(runs, self.lease.epoch, self.shard)
+        acked = await self.s.outbox.publish(
+            runs, self.lease.epoch, self.shard, again=kind in SENT_AGAIN
+        )
         crash_point("scheduler_after_publish")
         if len(acked) < len(runs):
             done = {id(r) for r in acked}

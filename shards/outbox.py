@@ -40,7 +40,7 @@ from functools import partial
 from confluent_kafka import KafkaException, Producer
 
 from tickwheel.domain import PRIORITIES, run_key
-from tickwheel.envelopes import DeadLetter, encode_run, run_headers
+from tickwheel.envelopes import AGAIN_HEADER, DeadLetter, encode_run, run_headers
 from tickwheel.kafka import Outgoing, PublishError, publish_confirmed, publish_reports, value_room
 from tickwheel.run_seal import SEAL_HEADER, RunSeal
 from tickwheel.shards.store import Dead, Dispatch
@@ -127,15 +127,21 @@ class Outbox:
             count = known[0]
         return shard % count
 
-    async def publish(self, runs: Sequence[Dispatch], epoch: int, shard: int) -> list[Dispatch]:
+    async def publish(
+        self, runs: Sequence[Dispatch], epoch: int, shard: int, again: bool = False
+    ) -> list[Dispatch]:
         """Publish run envelopes (key = job id, headers run_key and epoch) to `shard`'s
-        partition; return the acked."""
+        partition; return the acked. `again`: runs that may have been published before (not
+        acknowledged, adopted at a takeover, or their lease lapsed): header `again`, so that a
+        worker claims them before it runs them (I4)."""
         if not runs:
             return []
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, self._publish, runs, epoch, shard)
+        return await loop.run_in_executor(self._threads, self._publish, runs, epoch, shard, again)
 
-    def _publish(self, runs: Sequence[Dispatch], epoch: int, shard: int) -> list[Dispatch]:
+    def _publish(
+        self, runs: Sequence[Dispatch], epoch: int, shard: int, again: bool = False
+    ) -> list[Dispatch]:
         messages = []
         stamp = None if self.clock_ms is None else self.clock_ms()
         topics: dict[str, tuple[str, int | None]] = {}  # priority: (topic, partition)
@@ -154,6 +160,8 @@ class Outbox:
             headers = run_headers(key, epoch_digits)
             if sealer is not None:
                 headers.append((SEAL_HEADER, sealer.seal(value)))
+            if again:
+                headers.append((AGAIN_HEADER, b"1"))
             messages.append(
                 Outgoing(found[0], value, run.job_id, headers, stamp, found[1])  # type: ignore[arg-type]
             )

@@ -26,6 +26,14 @@ empty set. Nothing here imports anything of tickwheel, so any module may hold a 
                                                                   live lease (I4; queries
                                                                   `broken_worker_claim_ignores_lease`
                                                                   and its sealed twin)
+    suspect_ignored         workers/fetch.py `_receive`           every sealed delivery starts
+                                                                  without a claim, a copy a
+                                                                  leader sent again or one a
+                                                                  partition's previous owner
+                                                                  had too (I4)
+    release_unmarked        workers/service.py `_release`         partitions taken away are let
+                                                                  go without marking the runs
+                                                                  in hand `running` (I4)
 """
 
 from __future__ import annotations
@@ -37,8 +45,17 @@ EPOCH_FENCE = "epoch_fence"
 OFFSETS_BEFORE_RESULTS = "offsets_before_results"
 DST_OVERLAP_IGNORED = "dst_overlap_ignored"
 CLAIM_IGNORES_LEASE = "claim_ignores_lease"
+SUSPECT_IGNORED = "suspect_ignored"
+RELEASE_UNMARKED = "release_unmarked"
 VARIANTS = frozenset(
-    {EPOCH_FENCE, OFFSETS_BEFORE_RESULTS, DST_OVERLAP_IGNORED, CLAIM_IGNORES_LEASE}
+    {
+        EPOCH_FENCE,
+        OFFSETS_BEFORE_RESULTS,
+        DST_OVERLAP_IGNORED,
+        CLAIM_IGNORES_LEASE,
+        SUSPECT_IGNORED,
+        RELEASE_UNMARKED,
+    }
 )
 # A variant whose hook swaps a query: the name of the broken twin in the same .sql file.
 BROKEN_QUERIES = {

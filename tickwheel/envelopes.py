@@ -270,6 +270,11 @@ class RunEnvelope(NamedTuple):
         return cls.from_dict(_loads(raw))
 
 
+# A run message a leader sent again — not acknowledged, adopted at a takeover, or its lease
+# lapsed — which a worker therefore claims before it runs it (I4).
+AGAIN_HEADER = "again"
+
+
 def run_headers(key: str, epoch: bytes) -> list[tuple[str, bytes]]:
     """A run message's headers (DESIGN §5): its run key, and the epoch that dispatched it (the
     number's digits, which a leader encodes once per batch)."""

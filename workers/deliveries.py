@@ -2,8 +2,10 @@
 
     Delivery     a run envelope received and not yet done: where it came from (partition,
                  offset, the partition's generation), its priority level, the envelope, the
-                 record's timestamp, its bytes (for a dead letter should it prove forged) and
-                 whether its seal opened (its content is then what runs)
+                 record's timestamp, its bytes (for a dead letter should it prove forged),
+                 whether its seal opened (its content is then what runs) and whether it is
+                 suspect (it may not be the first delivery of a fresh claim: it is claimed
+                 before it runs, workers/fetch.py says when)
     Unreadable   a message that is no run envelope, or one the database refused: on its way
                  to the DLQ with its bytes
     Queues       one FIFO per priority level; `pick` fills the free execution slots by smooth
@@ -36,6 +38,7 @@ class Delivery:
         "raw",
         "run",
         "sealed",
+        "suspect",
         "tp",
     )
 
@@ -49,6 +52,7 @@ class Delivery:
         published_ms: int | None,  # the record's timestamp: when the leader produced it
         raw: bytes,
         sealed: bool = False,  # its seal opened: a leader of ours built it (tickwheel/run_seal.py)
+        suspect: bool = True,  # perhaps not the first delivery of a fresh claim: claim first (I4)
     ) -> None:
         self.tp = tp
         self.offset = offset
@@ -58,6 +62,7 @@ class Delivery:
         self.published_ms = published_ms
         self.raw = raw
         self.sealed = sealed
+        self.suspect = suspect or not sealed
         self.run: RunId = (env.tenant, env.job_id, env.scheduled_at)
 
 

@@ -7,9 +7,19 @@ local queue of its priority level, noting whether its seal opens (tickwheel/run_
 hands a message that is no valid envelope to the DLQ (never executed). A level's partitions are
 paused while its queue holds `worker_queue_per_priority` deliveries, resumed at half of it.
 
+A delivery is *suspect* — it may not be the first delivery of a fresh claim, so it is claimed
+before it runs (I4) — when its seal does not open; when a leader sent it again (header `again`:
+a publish not acknowledged, a takeover's adoption, a lapsed lease); when it lies below the end
+its partition had when this worker was given the partition (a previous owner may have started
+it and died, or stopped past its session); or when it arrives so late after it was produced
+(`late_ms`) that the leader's lease may have lapsed and the run been sent again. Every other
+delivery starts without a write.
+
 The consumer's rebalance callbacks run on its I/O thread: an assignment starts a partition's
-generation; a revocation commits the partition's done position at once (its next owner starts
-there) and drops the deliveries of the partition still queued.
+generation and reads the partition's end; a revocation hands the partitions to `release` (the
+worker marks the runs of those partitions it holds as running, then revokes their offsets),
+commits each partition's done position at once (its next owner starts there) and drops the
+deliveries of the partition still queued.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from confluent_kafka import (
 
 from tickwheel import broken
 from tickwheel.domain import INSTANT_MAX_MS, INSTANT_MIN_MS, PRIORITIES
-from tickwheel.envelopes import EnvelopeError, RunEnvelope
+from tickwheel.envelopes import AGAIN_HEADER, EnvelopeError, RunEnvelope
 from tickwheel.kafka import BatchConsumer, ContiguousOffsets
 from tickwheel.run_seal import RunSeal
 from tickwheel.topics import Topics
@@ -43,6 +53,9 @@ LAG_EVERY_S = 1.0  # seconds between per-partition lag reports (cached watermark
 
 # (partition, offset, generation, the message's bytes, why): a message for the DLQ.
 DeadLetterFn = Callable[[tuple[str, int], int, int, bytes, str], None]
+# Partitions taken away → each one's done position to commit (None: nothing done).
+ReleaseFn = Callable[[list[tuple[str, int]]], "dict[tuple[str, int], int | None]"]
+END_READ_TIMEOUT_S = 5.0  # reading a newly assigned partition's end offset
 
 
 class Fetcher:
@@ -58,7 +71,17 @@ class Fetcher:
         metrics: WorkerMetrics,
         dead_letter: DeadLetterFn,
         run_seal: RunSeal | None = None,
+        late_ms: int | None = None,
+        release: ReleaseFn | None = None,
     ) -> None:
+        """`late_ms`: a delivery produced this long ago is suspect (None: never for its age).
+        `release`: what a revocation calls, on the consumer's thread (None: the partitions'
+        offsets are revoked, nothing else)."""
+        self.late_ms = late_ms
+        self.release = release
+        # Per partition, the end offset it had when it was assigned: a delivery below it may
+        # have been started by the previous owner (None: unknown, every delivery is suspect).
+        self.assigned_end: dict[tuple[str, int], int | None] = {}
         self.topics = topics
         self.run_seal = run_seal
         self.level_of = {topics.runs(p): p for p in PRIORITIES}
@@ -116,6 +139,10 @@ class Fetcher:
         level_of, queues, decode = self.level_of, self.queues, RunEnvelope.decode
         sealer = self.run_seal
         early = broken.on(broken.OFFSETS_BEFORE_RESULTS)
+        trusting = broken.on(broken.SUSPECT_IGNORED)
+        late_ms = self.late_ms
+        late_before = None if late_ms is None else int(time.time() * 1000) - late_ms
+        assigned_end = self.assigned_end
         for msg, tp, offset in placed:
             generation = generations[tp]
             raw = msg.value() or b""
@@ -137,11 +164,20 @@ class Fetcher:
                     else None
                 )
                 sealed = False
+                suspect = True
                 if sealer is not None:
                     headers = msg.headers()  # a list of (name, value), or None without any
                     sealed = isinstance(headers, list) and sealer.opens(raw, headers)
+                    if sealed:
+                        end = assigned_end.get(tp)
+                        suspect = (
+                            end is None
+                            or offset < end
+                            or (late_before is not None and (published or 0) < late_before)
+                            or any(h[0] == AGAIN_HEADER for h in headers)  # type: ignore[union-attr]
+                        ) and not trusting
                 queues[level].append(
-                    Delivery(tp, offset, generation, level, env, published, raw, sealed)
+                    Delivery(tp, offset, generation, level, env, published, raw, sealed, suspect)
                 )
                 if early:
                     self.offsets.done(tp, offset, generation)
@@ -172,18 +208,40 @@ class Fetcher:
         if parts:
             (self.source.consumer.pause if pause else self.source.consumer.resume)(parts)
 
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
-            self.offsets.assign((tp.topic, tp.partition))
+            key = (tp.topic, tp.partition)
+            # Read before the first fetch of the partition: what lies below was produced
+            # before this worker had it.
+            try:
+                _low, high = consumer.get_watermark_offsets(tp, timeout=END_READ_TIMEOUT_S)
+            except KafkaException as exc:
+                log.warning(
+                    "reading the end of %s[%d] failed; its deliveries are claimed "
+                    "first until it is assigned again: %s",
+                    *key,
+                    exc,
+                )
+                high = None
+            self.assigned_end[key] = high if high is None or high >= 0 else None
+            self.offsets.assign(key)
         self._assignment_changed = True
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Commit each revoked partition's done position now: its next owner starts there."""
-        final = []
-        for tp in partitions:
-            position = self.offsets.revoke((tp.topic, tp.partition))
-            if position is not None:
-                final.append(TopicPartition(tp.topic, tp.partition, position))
+        """Hand the partitions to `release`, then commit each one's done position now: its
+        next owner starts there."""
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        for key in keys:
+            self.assigned_end.pop(key, None)
+        if self.release is not None:
+            positions = self.release(keys)
+        else:
+            positions = {key: self.offsets.revoke(key) for key in keys}
+        final = [
+            TopicPartition(key[0], key[1], position)
+            for key, position in positions.items()
+            if position is not None
+        ]
         self._revoked = True
         if final:
             try:

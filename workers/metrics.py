@@ -34,7 +34,8 @@ class WorkerMetrics:
         )
         self.start_lateness = Histogram(
             "tickwheel_worker_start_lateness_seconds",
-            "Claim time (database clock) minus the run's scheduled instant, seconds",
+            "Start minus the run's scheduled instant, seconds: the claim's time (database clock)"
+            " for a claimed run, this host's clock for one started without a claim",
             buckets=LATENESS_BUCKETS_S,
             registry=self.registry,
         )
@@ -53,6 +54,22 @@ class WorkerMetrics:
             " the schedulers count as job_row only while their seal does not open: another"
             " key, or a worker or scheduler started before migration 0013",
             ["content"],
+            registry=self.registry,
+        )
+        self.started_unclaimed = Counter(
+            "tickwheel_worker_started_unclaimed",
+            "Runs started without a claim (I4): first deliveries of fresh claims, sealed, of "
+            "uncapped tenants. The others (suspect deliveries: redelivered after a partition "
+            "moved, sent again by a leader, late, unsealed; capped tenants) take a claim first "
+            "and count in tickwheel_worker_claimed",
+            registry=self.registry,
+        )
+        self.marked = Counter(
+            "tickwheel_worker_marked_running",
+            "Runs started without a claim then marked running under this worker (a long run at "
+            "a heartbeat, or runs in hand while their partition was taken away): `marked`, or "
+            "`moved_on` (finished, claimed by another or re-dispatched meanwhile)",
+            ("outcome",),
             registry=self.registry,
         )
         self.envelope_mismatch = Counter(
@@ -149,6 +166,8 @@ class WorkerMetrics:
             self.skipped.labels(reason)
         for kind in ("dead", "unreadable"):
             self.dlq.labels(kind)
+        for outcome in ("marked", "moved_on"):
+            self.marked.labels(outcome)
 
 
 class PartsCollector(Collector):

@@ -73,6 +73,7 @@ def decided(
     d: Delivery, claim: Claim, error: str, permanent: bool, base_ms: int, cap_ms: int
 ) -> Finished:
     """What a failed attempt becomes (workers/retry.py), as the result write takes it."""
+    assert claim.max_attempts is not None, "a run started without a claim reads its budget first"
     decision = decide(
         error=error,
         permanent=permanent,
@@ -95,6 +96,7 @@ class Recorder:
         topics: Topics,
         metrics: WorkerMetrics,
         leased: dict[RunId, int],
+        unmarked: dict[RunId, tuple[Delivery, int]],
         worker_id: str,
         batch_size: int,
         underway: Underway,
@@ -107,6 +109,7 @@ class Recorder:
         self.topics = topics
         self.metrics = metrics
         self.leased = leased  # the worker's runs held; a recorded attempt leaves it
+        self.unmarked = unmarked  # those of them started without a claim and not marked
         self.worker_id = worker_id
         self.batch_size = batch_size
         self.finished: list[Finished | Failed] = []
@@ -191,8 +194,14 @@ class Recorder:
             self.metrics.dlq.labels("unreadable").inc(len(unreadable))
         crash_point("worker_after_dlq")
         results = Results()
+        now = now_ms()
         for d, claim, status, retry_in_ms, error in finished:
-            results.add(d.run, claim.attempt, status, retry_in_ms, error)
+            # A claimed run keeps the start its claim recorded; for the others the write
+            # records one from how long ago the run started.
+            results.add(
+                d.run, claim.attempt, status, retry_in_ms, error,
+                max(0, now - claim.started_ms), d.published_ms,
+            )  # fmt: skip
         written = await self.store.write_results(results)
         crash_point("worker_after_results")
         outcomes: Counter[str] = Counter()
@@ -217,6 +226,7 @@ class Recorder:
                 )
             if leased.get(run) == claim.attempt:
                 del leased[run]
+                self.unmarked.pop(run, None)
             done.append((d.tp, d.offset, d.generation))
         for outcome, count in outcomes.items():
             self.metrics.executions.labels(outcome).inc(count)
@@ -225,14 +235,24 @@ class Recorder:
         await self.source.store_positions(self.offsets.advanced())
 
     async def _decide(self, batch: list[Finished | Failed]) -> None:
-        """Decide the batch's failed attempts with their jobs' backoff, read in one statement."""
+        """Decide the batch's failed attempts with their jobs' backoff, read in one statement
+        (and, for runs started without a claim, which read nothing, their attempt budget)."""
         failed = [f for f in batch if type(f) is Failed]
-        jobs = list({(f.claim.tenant, f.claim.job_id) for f in failed})
+        unclaimed = [f.claim.run for f in failed if f.claim.max_attempts is None]
+        policies = await self.store.retry_policies(unclaimed)
+        jobs = list(
+            {(f.claim.tenant, f.claim.job_id) for f in failed if f.claim.max_attempts is not None}
+        )
         backoffs = await self.store.backoffs(jobs)
         for i, f in enumerate(batch):
             if type(f) is Failed:
                 c = f.claim
-                backoff = backoffs[(c.tenant, c.job_id)]
+                if c.max_attempts is None:
+                    policy = policies[c.run]
+                    c = c._replace(max_attempts=policy.max_attempts)
+                    backoff = policy.backoff
+                else:
+                    backoff = backoffs[(c.tenant, c.job_id)]
                 batch[i] = decided(
                     f.delivery, c, f.error, f.permanent, backoff.base_ms, backoff.cap_ms
                 )

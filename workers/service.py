@@ -1,19 +1,21 @@
-"""The `tickwheel worker` process: consume run envelopes, claim, execute, record, then commit.
+"""The `tickwheel worker` process: consume run envelopes, execute, record, then commit.
 
 Parts (each a named task under `tickwheel.runtime.Process`; one that dies stops the process
 with exit 1):
 
     fetch      (workers/fetch.py) polls the three run topics without pause (so a long handler
                never pushes the consumer past max.poll.interval.ms), decodes envelopes into one
-               local queue per priority, and pauses a priority's partitions while its queue is
-               full
+               local queue per priority, marks the suspect ones, and pauses a priority's
+               partitions while its queue is full
     dispatch   (here) picks deliveries by weighted priority and per-tenant caps for the free
-               execution slots (workers/deliveries.py), claims them in one UPDATE, starts the
+               execution slots (workers/deliveries.py), starts the first deliveries of fresh
+               claims at once and claims the others in one UPDATE first, then starts what it
                claimed (workers/execution.py: an async handler that finishes without waiting is
                done before the next pick)
     record     (workers/record.py) writes finished attempts in batches and stores offsets (the
                steps below)
-    heartbeat  (here) every lease/3, extends the lease of every run this worker holds
+    heartbeat  (here) every lease/3, extends the lease of every run this worker holds marked
+               `running`, and marks so the runs it started without a claim a second or more ago
     caps       (workers/tenant_caps.py) every 2 s, reads which tenants have a cluster-wide cap
     watch      (workers/watch.py) every worker_stall_s / 4, asks the broker whether this
                worker still consumes: one that stopped (out of its group, its fetched
@@ -24,48 +26,59 @@ A delivery's path, and why a crash at any step loses nothing (I4, I5, I7):
 
     1. received: its offset is tracked as outstanding (tickwheel.kafka.ContiguousOffsets);
        nothing stored. A message that is no valid envelope jumps to step 5 as an unreadable
-       record (it is never executed).
-    2. claimed: `pending|published → running` WHERE attempt = the envelope's attempt, with
-       this worker's id and a lease. No row back: a duplicate or stale delivery: it is done
-       at once (nothing to write), counted, and never executed. A delivery naming no run at
-       all (no row) was not produced by a scheduler: it goes to step 5 as unreadable. Runs of
-       a capped tenant are claimed in a transaction of their own that claims only what the
-       cap has room for; the others are written back to `retrying` (no attempt spent) in that
-       transaction, and their deliveries are done once it committed: a crash before that
-       redelivers them, and their claim decides again.
+       record (it is never executed). A delivery is suspect when it may not be the first of a
+       fresh claim (workers/fetch.py says when: a partition's redelivery, a leader's `again`,
+       late, unsealed).
+    2. started or claimed: the first delivery of a fresh claim (sealed, not suspect, of an
+       uncapped tenant) starts at once, with no write: the leader's claim leased the run for
+       publishing and running it (I4). A suspect one is claimed first: `pending|published →
+       running` WHERE attempt = the envelope's attempt, with this worker's id and a lease; no
+       row back: a duplicate or stale delivery, done at once (nothing to write), counted, never
+       executed; no row at all: not produced by a scheduler, step 5 as unreadable. A delivery
+       of a run this process holds at the same attempt is a copy, done at once: one run key
+       never runs twice at once in a process. Runs of a capped tenant are claimed in a
+       transaction of their own that claims only what the cap has room for; the others are
+       written back to `retrying` (no attempt spent) in that transaction, and their deliveries
+       are done once it committed: a crash before that redelivers them, and their claim
+       decides again.
     3. executed: the job's handler or HTTP target runs with the job's payload under its
        timeout_ms — a sealed envelope's (tickwheel/run_seal.py: a leader built it from the
-       job's row its claim read, and the worker's claim read no row), else as the claim read
-       them from the job's row (the envelope's copy is only compared: a difference is counted
-       and logged, never run); the heartbeat keeps the lease while it runs. A crash here
-       leaves the row `running`; its lease lapses and the scheduler's sweeper re-dispatches
-       it as attempt + 1 (or dead-letters it when the attempts are spent). The message's
-       offset was not stored, so it is redelivered too; its claim then finds attempt + 1 (or
-       a finished row) and skips it.
-    4. decided (workers/retry.py): succeeded, retrying with full-jitter backoff, or dead.
+       job's row its claim read), else as the claim read them from the job's row (the
+       envelope's copy is only compared: a difference is counted and logged, never run). A run
+       still in hand a second after its start is marked `running` at the next heartbeat, which
+       keeps its lease from then on; so are the runs in hand of partitions a rebalance takes
+       away, before they go (`_release`): the next owner's claim of a redelivery finds them
+       taken. A crash here leaves the row dispatched (or `running`); the message's offset was
+       not stored, so the next owner of its partition receives it again as a suspect delivery:
+       a dispatched run is claimed and runs again under the same attempt (at-least-once; the
+       chaos checker attributes it to the dead worker), a `running` one is skipped and its
+       lease lapses, and the scheduler's sweeper re-dispatches it as attempt + 1 (or
+       dead-letters it when the attempts are spent).
+    4. decided (workers/retry.py): succeeded, retrying with full-jitter backoff, or dead (a run
+       started without a claim reads its attempt budget and backoff first, in the batch).
     5. for dead runs and unreadable deliveries: the DLQ message is published and its
        delivery confirmed BEFORE anything else. A crash after this and before step 6 leaves
-       the row `running`: the lease lapses, and the sweeper finds attempt >= max_attempts and
-       dead-letters it itself (a second DLQ message: the DLQ is at-least-once, `run_key` plus
-       `attempts` identifies duplicates) — except a PermanentError with attempts left, which
-       the sweeper re-dispatches as a new attempt, runs again and dead-letters then. Writing
-       `dead` first instead would lose the DLQ message in that gap: the redelivery's claim
-       finds nothing to do. An unreadable delivery has no row: a crash before step 7
+       the row unfinished: its redelivery runs it again (or the sweeper dead-letters it once
+       its lease lapses: a second DLQ message; the DLQ is at-least-once, `run_key` plus
+       `attempts` identifies duplicates). Writing `dead` first instead would lose the DLQ
+       message in that gap. An unreadable delivery has no row: a crash before step 7
        redelivers it and it is published again.
-    6. the results are written in one UPDATE fenced by `attempt = claimed AND status =
-       'running'`. A crash after this and before step 7 redelivers the message: its claim
-       finds the run finished and skips it — no second execution. A result fenced out (the
-       lease lapsed, the sweeper moved the run on) is dropped and counted as `fenced`; if it
-       was a dead one, its DLQ message went out in step 5 anyway (at-least-once: the sweeper
-       may publish one as well).
+    6. the results are written in one UPDATE fenced by attempt and by the run still being this
+       worker's (`running` under it) or still dispatched: the worker's one write of a run
+       started without a claim. A crash after this and before step 7 redelivers the message:
+       its claim finds the run finished and skips it — no second execution. A result fenced
+       out (the lease lapsed and the sweeper moved the run on, or another worker claimed it)
+       is dropped and counted as `fenced`; if it was a dead one, its DLQ message went out in
+       step 5 anyway (at-least-once: the sweeper may publish one as well).
     7. the delivery is done; each partition's highest contiguous done offset is stored, and
        librdkafka commits stored offsets in the background (and on revocation and close).
        Never a synchronous commit per message.
 
-Shutdown (SIGTERM/SIGINT): fetch stops, queued deliveries are dropped unclaimed (their offsets
+Shutdown (SIGTERM/SIGINT): fetch stops, queued deliveries are dropped unstarted (their offsets
 were not stored: the group redelivers them), in-flight runs get `worker_grace_s` to finish and
-be recorded; runs still executing then are cancelled and left to their lease. Then the
-consumer commits what was stored and leaves the group; exit 0.
+be recorded; runs still executing then are cancelled, unrecorded: their next owner runs them
+again (a stopped worker's re-execution), or their lease lapses. Then the consumer commits what
+was stored and leaves the group; exit 0.
 """
 
 from __future__ import annotations
@@ -87,6 +100,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+from tickwheel import broken
 from tickwheel.clock import now_ms
 from tickwheel.config import Settings
 from tickwheel.db import DB_ERRORS
@@ -120,10 +134,16 @@ from tickwheel.workers.watch import ConsumerWatch
 log = logging.getLogger("tickwheel.worker")
 
 IDLE_WAIT_S = 0.5  # seconds the dispatcher sleeps when it has nothing to start (or a wake-up)
+# A run started without a claim and still in hand at a heartbeat this long after its start is
+# marked `running` (a short run is never written before its result).
+MARK_AFTER_MS = 1000
+# How long a revocation waits for the runs in hand of its partitions to be marked.
+RELEASE_TIMEOUT_S = 10.0
 # A claim that fails for want of the database waits this long before the next try (the
 # deliveries wait in their queue meanwhile), growing while it keeps failing.
 DB_RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0)
 WORKER_ASSIGNOR = "range"  # see make_worker
+Partition = tuple[str, int]  # topic, partition
 SUCCEEDED = RunStatus.SUCCEEDED.value
 
 
@@ -187,6 +207,10 @@ class Worker:
         self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="handler")
         self.execution = Execution(self._threads, self.targets)
         self.leased: dict[RunId, int] = {}  # runs held (executing or awaiting their write)
+        # Runs held that were started without a claim and are not marked `running` yet: the
+        # delivery and when it started (unix ms, this host's clock).
+        self.unmarked: dict[RunId, tuple[Delivery, int]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.executing = 0
         self.tenant_load: Counter[str] = Counter()  # kept only under a tenant cap
         self._capped = settings.worker_tenant_concurrency > 0
@@ -206,6 +230,10 @@ class Worker:
             metrics=self.metrics,
             dead_letter=self._dead_letter,
             run_seal=run_seal,
+            # A delivery this long after its record was produced may find the leader's lease
+            # lapsed and the run sent again: it takes a claim (a suspect delivery).
+            late_ms=max(0, (settings.publish_lease_s - settings.lease_s) * 1000),
+            release=self._release_from_consumer,
         )
         self.source = self.fetcher.source
         self.recorder = Recorder(
@@ -216,6 +244,7 @@ class Worker:
             topics=self.topics,
             metrics=self.metrics,
             leased=self.leased,
+            unmarked=self.unmarked,
             worker_id=worker_id,
             batch_size=settings.worker_batch,
             underway=self.underway,
@@ -234,6 +263,7 @@ class Worker:
         )
 
     def start(self, process: Process) -> None:
+        self._loop = asyncio.get_running_loop()
         process.spawn("fetch", self.fetcher.run(process.stop, self.wake))
         process.spawn("dispatch", self.dispatch(process.stop))
         process.spawn("record", self.recorder.run(self.executions_done))
@@ -273,6 +303,64 @@ class Worker:
         self.executions_done.set()
 
     async def _claim_and_start(self, picked: list[Delivery]) -> None:
+        """Start the first deliveries of fresh claims at once (I4: no write before a run);
+        the suspect ones and those of capped tenants take a claim first."""
+        capped = self.caps.names
+        fresh = [d for d in picked if not d.suspect and d.env.tenant not in capped]
+        if fresh:
+            self._start_unclaimed(fresh)
+            if len(fresh) == len(picked):
+                return
+            picked = [d for d in picked if d.suspect or d.env.tenant in capped]
+        leased = self.leased
+        if any(d.run in leased for d in picked):
+            # A delivery of a run this process holds at the same attempt is a copy: never two
+            # executions of one run key at once in a process (I4); its claim would succeed
+            # while the first is unmarked.
+            copies = [d for d in picked if leased.get(d.run) == d.env.attempt]
+            if copies:
+                picked = [d for d in picked if leased.get(d.run) != d.env.attempt]
+                self._skip_copies(copies)
+                if not picked:
+                    return
+        await self._claim_picked(picked)
+
+    def _start_unclaimed(self, fresh: list[Delivery]) -> None:
+        """Start deliveries without a claim: each is the first delivery of its claim, its
+        seal opened, its tenant uncapped. The run is this worker's until its result is
+        written; a heartbeat marks it `running` should it last (`heartbeat`)."""
+        started = now_ms()
+        leased, unmarked = self.leased, self.unmarked
+        lateness: list[float] = []
+        copies: list[Delivery] = []
+        new = tuple.__new__
+        for d in fresh:
+            env = d.env
+            run = d.run
+            if run in leased:  # held already (a copy of the delivery): never run twice at once
+                copies.append(d)
+                continue
+            claim: Claim = new(
+                Claim,
+                (env.tenant, env.job_id, env.scheduled_at, env.attempt, None, started,
+                 None, None, None, None, None, None),
+            )  # fmt: skip
+            leased[run] = env.attempt
+            unmarked[run] = (d, started)
+            lateness.append(max(0, started - env.scheduled_at) / 1000)
+            self._start(d, claim)
+        if lateness:
+            observe_many(self.metrics.start_lateness, lateness)
+            self.metrics.started_unclaimed.inc(len(lateness))
+        if copies:
+            self._skip_copies(copies)
+
+    def _skip_copies(self, copies: list[Delivery]) -> None:
+        """Copies of deliveries in hand are done at once: the run in hand writes the result."""
+        self.metrics.skipped.labels("duplicate").inc(len(copies))
+        self.offsets.done_many([(d.tp, d.offset, d.generation) for d in copies])
+
+    async def _claim_picked(self, picked: list[Delivery]) -> None:
         capped = self.caps.names
         if capped:  # runs of capped tenants take the capped claim (workers/tenant_caps.py)
             under_cap = [d for d in picked if d.env.tenant in capped]
@@ -413,6 +501,7 @@ class Worker:
         except asyncio.CancelledError:
             # Shutdown past its grace: no result; the lease lapses and the scheduler moves on.
             self.leased.pop(d.run, None)
+            self.unmarked.pop(d.run, None)
             raise
         finally:
             self.executing -= 1
@@ -508,14 +597,84 @@ class Worker:
             except TimeoutError:
                 pass
             held = Keys()
+            unmarked = self.unmarked
+            due: list[RunId] = []
+            now = now_ms()
             for run, attempt in list(self.leased.items()):
-                held.add(run, attempt)
+                started = unmarked.get(run)
+                if started is None:
+                    held.add(run, attempt)
+                elif now - started[1] >= MARK_AFTER_MS:
+                    due.append(run)
             try:
                 with self.underway.call("heartbeat"):
                     await self.store.heartbeat(held)
+                    if due:
+                        await self._mark(due)
             except DB_ERRORS:
                 # The next beat tries again; a lease that lapses meanwhile fences our write.
-                log.warning("heartbeat of %d runs failed", len(held), exc_info=True)
+                log.warning("heartbeat of %d runs failed", len(held) + len(due), exc_info=True)
+
+    async def _mark(self, runs: Sequence[RunId]) -> None:
+        """Mark runs started without a claim `running` under this worker (`worker_mark_running`):
+        those the answer leaves out moved on meanwhile and their result will be fenced out."""
+        keys = Keys()
+        ran: list[int] = []
+        now = now_ms()
+        chosen = []
+        for run in runs:
+            held = self.unmarked.get(run)
+            if held is None:  # recorded meanwhile
+                continue
+            d, started = held
+            keys.add(run, d.env.attempt, d.published_ms)
+            ran.append(max(0, now - started))
+            chosen.append(run)
+        if not keys:
+            return
+        marked = await self.store.mark_running(keys, ran)
+        for run in chosen:
+            self.unmarked.pop(run, None)
+        self.metrics.marked.labels("marked").inc(len(marked))
+        if len(marked) < len(chosen):
+            self.metrics.marked.labels("moved_on").inc(len(chosen) - len(marked))
+
+    # --- partitions taken away ----------------------------------------------------------------
+
+    def _release_from_consumer(self, partitions: list[Partition]) -> dict[Partition, int | None]:
+        """On the consumer's thread, while partitions are taken away (I4): the runs of those
+        partitions this worker started without a claim are marked `running` under it before
+        the partitions go, so their next owner's claim of a redelivery finds them taken and a
+        rebalance runs nothing twice; this worker finishes them and writes their results.
+        Returns each partition's done position, to commit."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return {tp: self.offsets.revoke(tp) for tp in partitions}
+        future = asyncio.run_coroutine_threadsafe(self._release(partitions), loop)
+        try:
+            return future.result(RELEASE_TIMEOUT_S)
+        except Exception:  # the database away, or the loop busy past the bound
+            log.warning(
+                "marking the runs of %d revoked partitions failed; their next owner may run "
+                "them again",
+                len(partitions),
+                exc_info=True,
+            )
+            future.cancel()
+            return {tp: self.offsets.revoke(tp) for tp in partitions}
+
+    async def _release(self, partitions: list[Partition]) -> dict[Partition, int | None]:
+        # No await before the offsets are revoked: from here on the dispatch starts nothing
+        # of these partitions (their queued deliveries are stale).
+        gone = set(partitions)
+        positions = {tp: self.offsets.revoke(tp) for tp in partitions}
+        self.queues.drop_revoked()
+        held = [run for run, (d, _) in self.unmarked.items() if d.tp in gone]
+        if held and not broken.on(broken.RELEASE_UNMARKED):
+            with self.underway.call("release"):
+                await self._mark(held)
+            log.info("partitions revoked: %d runs in hand marked running", len(held))
+        return positions
 
 
 def _differs(env: RunEnvelope, job: JobContent) -> bool:

@@ -40,8 +40,8 @@ class Claim(NamedTuple):
     job_id: str
     scheduled_ms: int
     attempt: int
-    max_attempts: int
-    started_ms: int  # database clock, unix ms
+    max_attempts: int | None  # None: a run started without a claim (read if it fails)
+    started_ms: int  # unix ms: the database's clock for a claim, this host's without one
     backoff_base_ms: int | None  # None: a sealed claim, which reads no job row
     backoff_cap_ms: int | None
     handler: str | None
@@ -70,6 +70,13 @@ class Backoff(NamedTuple):
 
     base_ms: int
     cap_ms: int
+
+
+class RetryPolicy(NamedTuple):
+    """A run's attempt budget and its job's backoff."""
+
+    max_attempts: int
+    backoff: Backoff
 
 
 # A claim's answer: each run claimed, or None for a run its tenant's cap held back.
@@ -128,14 +135,23 @@ class Results:
     statuses: list[str] = field(default_factory=list)
     retry_in_ms: list[int | None] = field(default_factory=list)
     errors: list[str | None] = field(default_factory=list)
+    ran_ms: list[int] = field(default_factory=list)  # how long ago each attempt started
 
     def add(
-        self, run: RunId, attempt: int, status: str, retry_in_ms: int | None, error: str | None
+        self,
+        run: RunId,
+        attempt: int,
+        status: str,
+        retry_in_ms: int | None,
+        error: str | None,
+        ran_ms: int = 0,
+        published_ms: int | None = None,
     ) -> None:
-        self.keys.add(run, attempt)
+        self.keys.add(run, attempt, published_ms)
         self.statuses.append(status)
         self.retry_in_ms.append(retry_in_ms)
         self.errors.append(error)
+        self.ran_ms.append(ran_ms)
 
     def __len__(self) -> int:
         return len(self.statuses)
@@ -283,5 +299,41 @@ class RunStore:
             # Free text, so a real array; a batch of successes has no error at all.
             results.errors if any(results.errors) else None,
             RUNNING,
+            self.worker_id,
+            CLAIMABLE,
+            num_list(results.ran_ms),
+            num_list(keys.published_ms),
         )
         return {(r[0], r[1], r[2]) for r in rows}
+
+    async def mark_running(self, keys: Keys, ran_ms: Sequence[int]) -> set[RunId]:
+        """Mark runs started without a claim `running` under this worker with a lease (a long
+        run at a heartbeat, or runs held while their partition is taken away); return the runs
+        marked (the rest moved on: finished, claimed by another, a newer attempt)."""
+        if not keys:
+            return set()
+        rows = await self.pool.fetch(
+            QUERIES["worker_mark_running"],
+            id_list(keys.tenants),
+            id_list(keys.job_ids),
+            num_list(keys.scheduled_ms),
+            num_list(keys.attempts),
+            self.worker_id,
+            self.lease_ms,
+            num_list(keys.published_ms),
+            CLAIMABLE,
+            num_list(ran_ms),
+        )
+        return {(r[0], r[1], r[2]) for r in rows}
+
+    async def retry_policies(self, runs: Sequence[RunId]) -> dict[RunId, RetryPolicy]:
+        """The attempt budget and backoff of runs started without a claim (failed attempts)."""
+        if not runs:
+            return {}
+        rows = await self.pool.fetch(
+            QUERIES["run_retry_policies"],
+            [r[0] for r in runs],
+            [r[1] for r in runs],
+            [r[2] for r in runs],
+        )
+        return {(r[0], r[1], r[2]): RetryPolicy(r[3], Backoff(r[4], r[5])) for r in rows}

@@ -7,9 +7,9 @@ faults measures.
 Definitions (docs/RELIABILITY.md):
 - lost: an occurrence that fell due in the round and has no terminal row (succeeded, dead,
   skipped) once the round has drained (I7).
-- duplicate success: a succeeded occurrence executed again after the attempt whose success was
-  recorded, or executed twice under that same attempt (the claim fence of I4 failed): the
-  system would have told a caller "done" twice. Must be 0.
+- duplicate success: a succeeded occurrence executed under a later attempt than the one whose
+  success was recorded (the result's fence of I4 failed): the system would have told a caller
+  "done" and run it again. Must be 0.
 - duplicate execution rate: executions beyond the first per executed occurrence, over the
   executed occurrences (at-least-once allows some). An execution counts when the handler
   began, so a handler killed mid-run and run again counts as two.
@@ -17,12 +17,13 @@ Definitions (docs/RELIABILITY.md):
   occurrences whose side effects were done in full more than once. The difference between
   the two rates is the runs interrupted by a crash and run again.
 - re-executions by cause: each execution beyond the first of an occurrence is attributed to
-  what let its attempt lapse. It is a later attempt than the one before it, and that one ran
-  in a worker process that died (kill -9, a crash point, a process that exited on its own) or
-  was stopped, or the round restarted Postgres (a lease can lapse while results cannot be
-  written). Anything else — the same attempt run twice, or a later attempt while the earlier
-  one's process lived on and the database stayed up — is unexplained: the fences or the
-  leases failed. Must be 0.
+  what let it run again. The execution before it ran in a worker process that died (kill -9,
+  a crash point, a process that exited on its own) or was stopped — its run was in hand, so
+  its message was delivered again (the same attempt, I4) or its lease lapsed (a later
+  attempt) — or the round restarted Postgres (a lease can lapse while results cannot be
+  written). Anything else — a run executed again while the process that ran it before lived
+  on and the database stayed up — is unexplained: the suspect deliveries' claims, the
+  release of revoked partitions, the fences or the leases failed. Must be 0.
 - early: a row published or started before its scheduled instant, both by the database's clock,
   or an envelope on a run topic produced (its Kafka timestamp, the producer's clock on the
   same host) before it (I8). Must be 0.
@@ -36,8 +37,10 @@ Definitions (docs/RELIABILITY.md):
   committed (I2). Takeovers are what the harness saw of `shard_leaders` (epoch, since), which
   may miss an epoch but never invents one, so the verdict can only undercount. Must be 0.
 - re-executed beyond held: per worker process that died, the re-executions attributed to it
-  beyond the runs the database showed it holding (`running` under its name) right after it
-  died. At-least-once may run again what a dead worker held, nothing more. Must be 0.
+  beyond the runs it held when it died: those the database showed `running` under its name
+  right after, or, for runs it started without a claim (I4), those its execution log shows it
+  began and whose result it did not record. At-least-once may run again what a dead worker
+  held, nothing more (a run whose result it recorded is never run again). Must be 0.
 - offsets ahead (I5): a run whose claimed delivery lay below its consumer group's committed
   offset at an audit instant while the run's result had not been written (it finished later,
   or never). The claimed delivery is the envelope of the run's final attempt whose record
@@ -274,10 +277,8 @@ def reexecution_causes(
     causes = dict.fromkeys(CAUSES, 0)
     for executions in starts:
         ordered = sorted(executions, key=lambda e: e.attempt)
-        for earlier, later in itertools.pairwise(ordered):
-            if later.attempt <= earlier.attempt:
-                cause = UNEXPLAINED  # one attempt executed twice: the claim fence failed
-            elif earlier.pid in ended:
+        for earlier, _ in itertools.pairwise(ordered):
+            if earlier.pid in ended:
                 cause = ended[earlier.pid]
             elif database_restarted:
                 cause = DATABASE_RESTART
@@ -287,6 +288,21 @@ def reexecution_causes(
             if cause == WORKER_DIED and died_from is not None:
                 died_from[earlier.pid] += 1
     return causes
+
+
+def unrecorded_by(
+    pid: int, starts: Mapping[str, Sequence[Execution]], rows: Sequence[RunRow]
+) -> set[str]:
+    """The run keys the worker process `pid` began and whose result it did not record (the
+    row's final worker or attempt is another's): the runs it held when it died, started
+    without a claim or not."""
+    recorded = {row.key: (row.worker, row.attempt) for row in rows}
+    return {
+        key
+        for key, executions in starts.items()
+        for e in executions
+        if e.pid == pid and recorded.get(key) != (e.worker, e.attempt)
+    }
 
 
 def unexpected_rows(rows: Sequence[RunRow], allowed: frozenset[str]) -> list[str]:
@@ -374,7 +390,11 @@ def check_round(ledger: Ledger) -> RoundResult:
         any(f.kind in DATABASE_FAULTS for f in ledger.faults),
         died_from,
     )
-    held = {f.pid: f.held for f in ledger.faults if f.pid is not None and f.held is not None}
+    held = {
+        f.pid: max(f.held, len(unrecorded_by(f.pid, per_key, ledger.rows)))
+        for f in ledger.faults
+        if f.pid is not None and f.held is not None
+    }
     return RoundResult(
         lost=len(lost),
         lost_sample=lost[:LOST_SAMPLE],

@@ -42,7 +42,7 @@ from tickwheel.config import Settings, load_settings
 from tickwheel.crash_points import FAULT_EXIT_CODE
 from tickwheel.deployment import worker_group
 from tickwheel.domain import PRIORITIES, run_key
-from tickwheel.envelopes import DeadLetter, RunEnvelope, UnreadableRun
+from tickwheel.envelopes import AGAIN_HEADER, DeadLetter, RunEnvelope, UnreadableRun
 from tickwheel.kafka import admin_client, producer
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.http import create_app
@@ -160,10 +160,16 @@ async def redispatch(dsn: str, tenant: str, spec: RunSpec) -> RunSpec:
 
 
 def publish(
-    kafka: str, topics: Topics, tenant: str, specs: list[RunSpec], seal_key: bytes | None = None
+    kafka: str,
+    topics: Topics,
+    tenant: str,
+    specs: list[RunSpec],
+    seal_key: bytes | None = None,
+    again: bool = False,
 ) -> None:
     """The specs' envelopes on their run topics; sealed under `seal_key` as a leader seals them
-    (tickwheel/run_seal.py), else unsealed, as anyone else's."""
+    (tickwheel/run_seal.py), else unsealed, as anyone else's; `again`: with the header of a
+    leader's re-publish (I4)."""
     prod = producer(kafka)
     for spec in specs:
         env = spec.envelope(tenant)
@@ -171,6 +177,8 @@ def publish(
         headers = list(env.headers())
         if seal_key is not None:
             headers.append((SEAL_HEADER, RunSeal(seal_key).seal(value)))
+        if again:
+            headers.append((AGAIN_HEADER, b"1"))
         topic = topics.runs(env.priority)
         prod.produce(topic, key=env.job_id.encode(), value=value, headers=headers)
     assert prod.flush(30) == 0
@@ -373,8 +381,10 @@ async def test_two_workers_succeed_each_run_exactly_once(
     workers.start("w1", "--concurrency", "4")
     workers.start("w2", "--concurrency", "4")
     publish(stack.kafka, topics, tenant, specs, seal_key)
-    publish(stack.kafka, topics, tenant, specs[:20], seal_key)  # duplicates, as after a re-publish
-    publish(stack.kafka, topics, tenant, specs[20:30])  # and unsealed copies: each claim decides
+    # Duplicates, as a leader's re-publish sends them (header `again`), and unsealed copies:
+    # each is claimed first, and the claim decides.
+    publish(stack.kafka, topics, tenant, specs[:20], seal_key, again=True)
+    publish(stack.kafka, topics, tenant, specs[20:30])
     await wait_for(
         lambda: statuses_are(db_dsn, tenant, "succeeded", len(specs)), 60, "all succeeded"
     )

@@ -21,12 +21,16 @@ HOMES = {
     broken.OFFSETS_BEFORE_RESULTS: "workers/fetch.py",
     broken.DST_OVERLAP_IGNORED: "tickwheel/schedule/cron.py",
     broken.CLAIM_IGNORES_LEASE: "workers/store.py",
+    broken.SUSPECT_IGNORED: "workers/fetch.py",
+    broken.RELEASE_UNMARKED: "workers/service.py",
 }
 CONSTANTS = {
     broken.EPOCH_FENCE: "EPOCH_FENCE",
     broken.OFFSETS_BEFORE_RESULTS: "OFFSETS_BEFORE_RESULTS",
     broken.DST_OVERLAP_IGNORED: "DST_OVERLAP_IGNORED",
     broken.CLAIM_IGNORES_LEASE: "CLAIM_IGNORES_LEASE",
+    broken.SUSPECT_IGNORED: "SUSPECT_IGNORED",
+    broken.RELEASE_UNMARKED: "RELEASE_UNMARKED",
 }
 
 

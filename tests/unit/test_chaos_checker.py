@@ -94,11 +94,19 @@ def test_execution_after_the_recorded_success_is_a_duplicate_success() -> None:
     assert check_round(ledger).duplicate_successes == 1
 
 
-def test_two_claims_of_the_succeeding_attempt_are_a_duplicate_success() -> None:
-    """the same attempt executed by two workers: the claim fence failed"""
-    row = _row("a", T)
-    executions = [_start(row.key, 1, "w1"), _start(row.key, 1, "w2")]
-    assert check_round(Ledger(frozenset({row.key}), [row], executions)).duplicate_successes == 1
+def test_the_succeeding_attempt_run_twice_is_explained_only_by_a_worker_that_ended() -> None:
+    """the same attempt executed by two workers is no duplicate success (one result was
+    recorded, I4) but a re-execution: explained when the first worker's process died with the
+    run in hand, unexplained while it lived on (a suspect delivery's claim or a revoked
+    partition's release failed)"""
+    row = _row("a", T, worker="w2")
+    executions = [_start(row.key, 1, "w1", pid=1), _start(row.key, 1, "w2", pid=2)]
+    lived = check_round(Ledger(frozenset({row.key}), [row], executions))
+    assert lived.duplicate_successes == 0
+    assert lived.reexecutions["unexplained"] == 1
+    died = check_round(Ledger(frozenset({row.key}), [row], executions, ended={1: "worker_died"}))
+    assert died.duplicate_successes == 0
+    assert (died.reexecutions["worker_died"], died.reexecutions["unexplained"]) == (1, 0)
 
 
 def test_early_publication_or_start_is_counted() -> None:
@@ -189,9 +197,11 @@ def test_a_reexecution_is_explained_by_its_earlier_attempts_worker_ending() -> N
     }
 
 
-def test_a_reexecution_is_explained_by_a_database_restart_but_never_the_same_attempt() -> None:
-    """with Postgres restarted in the round a later attempt may run again (its lease lapsed
-    while no result could be written); the same attempt twice stays unexplained"""
+def test_a_reexecution_is_explained_by_a_database_restart() -> None:
+    """with Postgres restarted in the round a run may run again while its worker lived on: a
+    later attempt (its lease lapsed while no result could be written) or the same one (the
+    release of a revoked partition could not mark it); without the restart both are
+    unexplained"""
     a, b = _row("a", T, attempt=2), _row("b", T)
     executions = [
         _start(a.key, 1, pid=1),
@@ -200,12 +210,11 @@ def test_a_reexecution_is_explained_by_a_database_restart_but_never_the_same_att
         _start(b.key, 1, pid=2),
     ]
     faults = [FaultEvent("postgres_restart", T)]
-    ledger = Ledger(frozenset({a.key, b.key}), [a, b], executions, faults, ended={1: "worker_died"})
-    causes = check_round(ledger).reexecutions
-    assert (causes["worker_died"], causes["unexplained"]) == (1, 1)
     ledger = Ledger(frozenset({a.key, b.key}), [a, b], executions, faults)
     causes = check_round(ledger).reexecutions
-    assert (causes["database_restart"], causes["unexplained"]) == (1, 1)
+    assert (causes["database_restart"], causes["unexplained"]) == (2, 0)
+    causes = check_round(Ledger(frozenset({a.key, b.key}), [a, b], executions)).reexecutions
+    assert causes["unexplained"] == 2
 
 
 def test_envelope_produced_before_its_instant_is_early() -> None:
@@ -264,19 +273,25 @@ def test_a_claim_under_an_epoch_after_a_newer_one_took_over_is_stale() -> None:
 
 
 def test_reexecutions_of_a_dead_worker_beyond_what_it_held_are_counted() -> None:
-    """worker pid 7 held one run when it died: one re-execution of its runs is within it,
-    a second is one too many; a pid that was not measured is not judged"""
-    rows = [_row("a", T, attempt=2), _row("b", T, attempt=2), _row("c", T, attempt=2)]
+    """worker pid 7 began runs a and b and recorded b's result before it died: a's run again
+    is within what it held, b's is one too many — the database showed neither `running` (both
+    started without a claim) and its log tells what it held; a pid that was not measured is
+    not judged"""
+    rows = [
+        _row("a", T, worker="w8"),
+        _row("b", T, worker="w7"),
+        _row("c", T, attempt=2, worker="w8"),
+    ]
     executions = [
-        _start(rows[0].key, 1, pid=7),
-        _start(rows[0].key, 2, pid=8),
-        _start(rows[1].key, 1, pid=7),
-        _start(rows[1].key, 2, pid=8),
-        _start(rows[2].key, 1, pid=9),
-        _start(rows[2].key, 2, pid=8),
+        _start(rows[0].key, 1, "w7", pid=7),
+        _start(rows[0].key, 1, "w8", pid=8),
+        _start(rows[1].key, 1, "w7", pid=7),
+        _start(rows[1].key, 1, "w8", pid=8),
+        _start(rows[2].key, 1, "w9", pid=9),
+        _start(rows[2].key, 2, "w8", pid=8),
     ]
     ended = {7: "worker_died", 9: "worker_died"}
-    faults = [FaultEvent("worker_kill", T, None, "start", pid=7, held=1)]
+    faults = [FaultEvent("worker_kill", T, None, "start", pid=7, held=0)]
     result = check_round(Ledger(frozenset(), rows, executions, faults, ended=ended))
     assert result.died_with == {7: (2, 1)}
     assert result.reexecuted_beyond_held == 1

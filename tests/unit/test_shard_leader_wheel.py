@@ -160,9 +160,11 @@ class _RefusingOutbox:
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
+        self.again: list[bool] = []
 
-    async def publish(self, runs: Any, epoch: int, shard: int) -> list[Any]:
+    async def publish(self, runs: Any, epoch: int, shard: int, again: bool = False) -> list[Any]:
         self.calls.append([r.job_id for r in runs])
+        self.again.append(again)
         return [r for r in runs if not r.job_id.startswith("refused")]
 
 
@@ -188,6 +190,10 @@ def test_runs_the_broker_refused_are_kept_for_the_next_sweep_and_block_a_clean_s
         assert [r.job_id for r in leader._unacked] == ["refused-1"]
         await leader._step_down()  # returns before touching the database (pool is None)
         assert [r.job_id for r in leader._unacked] == ["refused-1"]
+        # Published again, a run carries the `again` header: it may be out already, so a
+        # worker claims it before it runs it (I4); a first publish does not.
+        await leader._publish(list(leader._unacked), "unacked")
+        assert outbox.again == [False, True]
 
     asyncio.run(go())
 

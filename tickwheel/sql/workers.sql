@@ -179,11 +179,58 @@ WHERE r.tenant = w.tenant AND r.job_id = w.job_id
   AND r.scheduled_at = 'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond'
   AND r.attempt = w.attempt AND r.status = $7::text AND r.worker = $5::text
 
+-- worker_mark_running --
+-- A run this worker started without a claim (I4: a first delivery of a fresh claim runs without
+-- a write) and still holds at a heartbeat, or holds while its partition is taken away: marked
+-- `running` under this worker with a worker lease, so that it stays visible, a lapse of the
+-- leader's lease does not re-dispatch it, and a redelivery's claim finds it taken. Fenced like a
+-- claim: only at the delivered attempt, still dispatched (a row that moved on is not returned).
+-- `started_at` is the database's clock less how long the run has been in hand.
+-- $1 tenants, $2 job ids, $3 scheduled_at ms, $4 attempts, $5 worker id, $6 lease ms,
+-- $7 published ms (NULL: the record carried no timestamp), $8 the claimable statuses,
+-- $9 ms since each run started
+UPDATE job_runs r
+SET status = 'running', worker = $5::text,
+    started_at = now() - w.ran_ms * interval '1 millisecond',
+    lease_until = now() + $6::bigint * interval '1 millisecond',
+    published_at = coalesce(r.published_at,
+                            'epoch'::timestamptz + w.published_ms * interval '1 millisecond')
+FROM unnest(string_to_array($1::text, ','), string_to_array($2::text, ','),
+            string_to_array($3::text, ',')::bigint[], string_to_array($4::text, ',')::integer[],
+            string_to_array($7::text, ',', 'n')::bigint[],
+            string_to_array($9::text, ',')::bigint[])
+     AS w(tenant, job_id, scheduled_ms, attempt, published_ms, ran_ms)
+WHERE r.tenant = w.tenant AND r.job_id = w.job_id
+  AND r.scheduled_at = 'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond'
+  AND r.status = ANY ($8::text[]) AND r.attempt = w.attempt AND r.lease_until IS NOT NULL
+RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_ms
+
+-- run_retry_policies --
+-- What a failed attempt of a run started without a claim needs for its decision: the run's
+-- attempt budget and its job's backoff. A run without a row gets no budget limit (its result is
+-- fenced out anyway); a job whose row is gone gets the default backoff.
+-- $1 tenants, $2 job ids, $3 scheduled_at ms
+SELECT k.tenant, k.job_id, k.scheduled_ms,
+       coalesce(r.max_attempts, 2147483647) AS max_attempts,
+       coalesce(j.backoff_base_ms, 10000) AS backoff_base_ms,
+       coalesce(j.backoff_cap_ms, 600000) AS backoff_cap_ms
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(tenant, job_id, scheduled_ms)
+LEFT JOIN job_runs r
+  ON r.tenant = k.tenant AND r.job_id = k.job_id
+ AND r.scheduled_at = 'epoch'::timestamptz + k.scheduled_ms * interval '1 millisecond'
+LEFT JOIN jobs j ON j.tenant = k.tenant AND j.job_id = k.job_id
+
 -- worker_results --
--- The results of finished attempts, fenced by attempt: succeeded | retrying (retry_at = now +
--- delay) | dead. Returns the runs written; a run missing from the answer was fenced out.
+-- The results of finished attempts, the worker's one write of a run (I4): succeeded | retrying
+-- (retry_at = now + delay) | dead, fenced by attempt and by the run still being this worker's
+-- or still dispatched — `running` under this worker (a claimed or marked run), or claimable
+-- with its lease (a run started without a claim). A run another worker claimed or marked
+-- meanwhile, or one the leader moved on, is fenced out. A run that was not marked gets its
+-- `started_at` here (the database's clock less how long ago it started), its worker and its
+-- record's timestamp as `published_at`. Returns the runs written.
 -- $1 tenants, $2 job ids, $3 scheduled_at ms, $4 attempts, $5 statuses, $6 retry delays ms,
--- $7 errors, $8 'running'
+-- $7 errors, $8 'running', $9 worker id, $10 the claimable statuses, $11 ms since each run
+-- started, $12 published ms (NULL: none)
 UPDATE job_runs r
 SET status = w.status,
     finished_at = CASE WHEN w.status IN ('succeeded', 'dead') THEN now() END,
@@ -191,13 +238,21 @@ SET status = w.status,
                     THEN now() + w.delay_ms * interval '1 millisecond' END,
     -- A success keeps the error of an earlier attempt: it tells that the run needed retries.
     last_error = CASE WHEN w.status = 'succeeded' THEN r.last_error ELSE w.error END,
-    lease_until = NULL
+    lease_until = NULL,
+    worker = $9::text,
+    started_at = CASE WHEN r.status = $8::text THEN r.started_at
+                      ELSE now() - w.ran_ms * interval '1 millisecond' END,
+    published_at = coalesce(r.published_at,
+                            'epoch'::timestamptz + w.published_ms * interval '1 millisecond')
 FROM unnest(string_to_array($1::text, ','), string_to_array($2::text, ','),
             string_to_array($3::text, ',')::bigint[], string_to_array($4::text, ',')::integer[],
             string_to_array($5::text, ','), string_to_array($6::text, ',', 'n')::bigint[],
-            $7::text[])
-     AS w(tenant, job_id, scheduled_ms, attempt, status, delay_ms, error)
+            $7::text[], string_to_array($11::text, ',')::bigint[],
+            string_to_array($12::text, ',', 'n')::bigint[])
+     AS w(tenant, job_id, scheduled_ms, attempt, status, delay_ms, error, ran_ms, published_ms)
 WHERE r.tenant = w.tenant AND r.job_id = w.job_id
   AND r.scheduled_at = 'epoch'::timestamptz + w.scheduled_ms * interval '1 millisecond'
-  AND r.attempt = w.attempt AND r.status = $8::text
+  AND r.attempt = w.attempt
+  AND (r.status = $8::text AND r.worker = $9::text
+       OR r.status = ANY ($10::text[]) AND r.lease_until IS NOT NULL)
 RETURNING r.tenant, r.job_id, (extract(epoch FROM r.scheduled_at) * 1000)::bigint AS scheduled_ms
