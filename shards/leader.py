@@ -90,9 +90,11 @@ from tickwheel.shards.plan import (
     NO_NEXT_MS,
     JobEntry,
     RetryEntry,
+    next_fire,
     plan_claims,
     plan_first_dispatch,
 )
+from tickwheel.shards.positions import Position, Positions
 from tickwheel.shards.store import Dispatch, FencedOut, Lease
 from tickwheel.shards.window import DispatchWindow
 from tickwheel.wheel import TimingWheel
@@ -151,11 +153,14 @@ class Shared:
     window: DispatchWindow = field(default_factory=lambda: DispatchWindow(0, 1.0, 1))
     # The leaders' claims, combined while one is under way (`claims.py`).
     claims: ClaimCombiner = field(init=False)
+    # Where the claimed jobs' schedules stand, written off the claim (`positions.py`).
+    positions: Positions = field(init=False)
 
     def __post_init__(self) -> None:
         self.claims = ClaimCombiner(
             self.pool, self.config.publish_lease_ms, self.config.claim_batch
         )
+        self.positions = Positions(self.pool)
 
 
 class ShardLeader:
@@ -335,8 +340,18 @@ class ShardLeader:
         horizon."""
         until = await self._move_end(conn)
         jobs, retries = await store.horizon(conn, self.shard, until)
-        for entry in jobs:
-            self._offer(entry.key, entry.version, entry.next_ms, entry)
+        derived: list[Position] = []
+        for entry, claimed_through in jobs:
+            next_ms = entry.next_ms
+            if claimed_through is not None:
+                # A predecessor claimed up to there and its position was not written yet
+                # (D-269): go on from the occurrence after it, and write where it stands.
+                following = next_fire(self.s.cache, entry, claimed_through)
+                next_ms = NO_NEXT_MS if following is None else following
+                derived.append((entry.tenant, entry.job_id, entry.version, following))
+            self._offer(entry.key, entry.version, next_ms, entry)
+        if derived:
+            self.s.positions.claimed(derived, self.horizon_end_ms)
         self._wheel_retries(retries)
 
     async def _move_end(self, conn: store.Conn) -> int:
@@ -403,6 +418,8 @@ class ShardLeader:
         if until <= start:
             return
         self.horizon_end_ms = until  # before the read, as in `_load`
+        # Positions claimed beyond the old end must be in the rows the slice reads (D-269).
+        await self.s.positions.flush_before(until)
         async with self.s.pool.acquire() as conn:
             entries = await store.horizon_slice(conn, self.shard, start, until)
         for entry in entries:
@@ -524,6 +541,7 @@ class ShardLeader:
             crash_point("scheduler_after_claim")
             stale: list[tuple[str, str]] = []
             done = claimed.jobs
+            positions: list[Position] = []
             ids_of = zip(batch.tenants, batch.job_ids, strict=True)
             for entry, ids, next_ms in zip(batch.entries, ids_of, batch.next_ms, strict=True):
                 if ids in done:
@@ -533,8 +551,11 @@ class ShardLeader:
                         NO_NEXT_MS if next_ms is None else next_ms,
                         entry,
                     )
+                    positions.append((ids[0], ids[1], entry.version, next_ms))
                 else:
                     stale.append(ids)
+            # The claim wrote no job's row: where each schedule stands goes in a later batch.
+            self.s.positions.claimed(positions, self.horizon_end_ms)
             if stale:
                 # Edited, paused, deleted since the wheel learnt of them: read the truth now
                 # rather than wait for the feed (it may be on its way too; versions decide).

@@ -181,6 +181,7 @@ class ClaimBatch:
     tenants: list[str] = field(default_factory=list)
     job_ids: list[str] = field(default_factory=list)
     expected_ms: list[int] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # the versions the wheel knew
     next_ms: list[int | None] = field(default_factory=list)
     complete: list[bool] = field(default_factory=list)
     run_tenants: list[str] = field(default_factory=list)
@@ -261,6 +262,7 @@ def plan_claims(
         batch.tenants.append(ids[0])
         batch.job_ids.append(ids[1])
         batch.expected_ms.append(expected)
+        batch.versions.append(entry.version)
         batch.next_ms.append(next_ms)
         batch.complete.append(next_ms is None)
         if rules.overlap_policy == OverlapPolicy.ALLOW:

@@ -163,6 +163,7 @@ class Scheduler:
         process.on_close(self.close)
         process.spawn("election", self._coordinate(process))
         process.spawn("feed", self.feed.run(process.stop))
+        process.spawn("positions", self.shared.positions.run(process.stop))
         # The window's counts have a connection of their own: from the leaders' pool a count
         # waited for one about a second in a steady 5,000/s run, and a window that sees the
         # workers' progress a second late holds back what they could already run.

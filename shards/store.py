@@ -185,10 +185,13 @@ async def _fence(conn: Conn, lease: Lease) -> tuple[int, str | None]:
     return lease.epoch, lease.owner
 
 
-async def horizon(conn: Conn, shard: int, until_ms: int) -> tuple[list[JobEntry], list[RetryEntry]]:
-    """The shard's active jobs and retrying runs due before `until_ms`, from one snapshot."""
+async def horizon(
+    conn: Conn, shard: int, until_ms: int
+) -> tuple[list[tuple[JobEntry, int | None]], list[RetryEntry]]:
+    """The shard's active jobs and retrying runs due before `until_ms`, from one snapshot; each
+    job with the latest occurrence claimed from its `next_run_at` on (None: none)."""
     jobs, retries = await _with_retries(conn, shard, until_ms, "horizon_jobs", 0, until_ms)
-    return [entry_of(r) for r in jobs], retries
+    return [(entry_of(r), r["claimed_through"]) for r in jobs], retries
 
 
 async def horizon_versions(
@@ -245,16 +248,17 @@ async def in_flight(
 
 @dataclass(slots=True)
 class Claimed:
-    """What a claim committed: the jobs it advanced and the runs to publish."""
+    """What a claim committed: the jobs it found as the wheel knew them (their runs inserted,
+    or there already: a repeated claim) and the runs to publish."""
 
     jobs: set[tuple[str, str]]
     runs: list[Dispatch]
 
 
 async def claim(conn: Conn, lease: Lease, lease_ms: int, batch: ClaimBatch) -> Claimed:
-    """The claim statement, fenced by itself (I2; outside a transaction: it is one): advance
-    the jobs, insert the planned run rows — or, when the shard's row no longer holds `lease`,
-    write nothing and raise FencedOut."""
+    """The claim statement, fenced by itself (I2; outside a transaction: it is one): find the
+    jobs as the wheel knew them (read, not written: D-269) and insert the planned run rows —
+    or, when the shard's row no longer holds `lease`, write nothing and raise FencedOut."""
     (outcome,) = await claim_many(conn, lease_ms, [(lease, batch)])
     if isinstance(outcome, FencedOut):
         raise outcome
@@ -327,7 +331,7 @@ def claim_params(
 
 
 def _joined(claims: Sequence[tuple[Lease, ClaimBatch]]) -> list[Any]:
-    """The claims' batches as one statement's job and run parameters ($7 to $17)."""
+    """The claims' batches as one statement's job and run parameters ($7 to $15)."""
     if len(claims) == 1:
         b = claims[0][1]
     else:
@@ -335,9 +339,7 @@ def _joined(claims: Sequence[tuple[Lease, ClaimBatch]]) -> list[Any]:
         for _, one in claims:
             b.tenants += one.tenants
             b.job_ids += one.job_ids
-            b.expected_ms += one.expected_ms
-            b.next_ms += one.next_ms
-            b.complete += one.complete
+            b.versions += one.versions
             b.run_tenants += one.run_tenants
             b.run_job_ids += one.run_job_ids
             b.run_ms += one.run_ms
@@ -347,9 +349,7 @@ def _joined(claims: Sequence[tuple[Lease, ClaimBatch]]) -> list[Any]:
     return [
         db.id_list(b.tenants),
         db.id_list(b.job_ids),
-        db.num_list(b.expected_ms),
-        db.num_list(b.next_ms),
-        db.flag_list(b.complete),
+        db.num_list(b.versions),
         db.id_list(b.run_tenants),
         db.id_list(b.run_job_ids),
         db.num_list(b.run_ms),

@@ -154,8 +154,8 @@ async def _lead_every_shard(conn: asyncpg.Connection) -> list[tuple[Lease, list[
     shards = []
     for shard in range(SHARDS):
         lease = await leader_store.take_over(conn, shard, OWNER)
-        entries, _ = await leader_store.horizon(conn, shard, until_ms)
-        shards.append((lease, entries))
+        loaded, _ = await leader_store.horizon(conn, shard, until_ms)
+        shards.append((lease, [entry for entry, _ in loaded]))
     return shards
 
 

@@ -79,7 +79,8 @@ async def _one_off_per_shard(
     out = {}
     for shard, job_id in by_shard.items():
         lease = await store.take_over(conn, shard, "a")
-        entries, _ = await store.horizon(conn, shard, now_ms() + 60_000)
+        loaded, _ = await store.horizon(conn, shard, now_ms() + 60_000)
+        entries = [entry for entry, _ in loaded]
         mine = [e for e in entries if e.key.endswith(job_id)]
         assert len(mine) == 1
         out[shard] = (job_id, lease, plan_claims(mine, now_ms(), ScheduleCache()))

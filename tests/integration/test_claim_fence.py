@@ -45,7 +45,8 @@ async def _lease_and_batch(
     await sched.register({"id": JOB, "at": format_ms(at), "handler": "demo.echo"})
     shard = shard_of(sched.tenant, JOB, TEST_SHARDS)
     lease = await store.take_over(conn, shard, "a")
-    entries, _ = await store.horizon(conn, shard, now_ms() + 60_000)
+    loaded, _ = await store.horizon(conn, shard, now_ms() + 60_000)
+    entries = [entry for entry, _ in loaded]
     mine = [e for e in entries if e.key.endswith(JOB)]
     assert len(mine) == 1
     return lease, plan_claims(mine, now_ms(), ScheduleCache())

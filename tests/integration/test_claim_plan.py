@@ -43,7 +43,8 @@ async def claim(db_dsn: str) -> AsyncIterator[tuple[asyncpg.Connection, list[obj
         docs = documents(due_instants(JOBS, due_at, 0), Handler.parse("noop"))
         await register_bulk_into(db_dsn, 1, docs, lambda _: None)
         lease = await store.take_over(conn, 0, "plan-test")
-        entries, _ = await store.horizon(conn, 0, due_at + 1)
+        loaded, _ = await store.horizon(conn, 0, due_at + 1)
+        entries = [entry for entry, _ in loaded]
         assert len(entries) == JOBS
         batch = plan_claims(entries[:CLAIMED], due_at, ScheduleCache())
         params = store.claim_params([(lease, batch)], [(lease.epoch, lease.owner)], 300_000)

@@ -240,11 +240,12 @@ async def _window_holds(sched: SchedEnv, other: SchedEnv) -> None:
     assert len(a_rows) == 60 and len({r["job_id"] for r in a_rows}) == 60
 
 
-async def test_a_job_row_held_by_another_transaction_is_skipped_not_waited_for(
+async def test_a_job_row_held_by_another_transaction_neither_stalls_nor_defers_claims(
     sched: SchedEnv,
 ) -> None:
-    """a due job whose row a registry transaction holds (frozen mid-batch) is passed over
-    while its shard's other jobs keep firing every second; it fires again once released"""
+    """a due job whose row a registry transaction holds (frozen mid-batch) keeps firing every
+    second, as its shard's other jobs do: the claim reads the job's committed row and takes no
+    lock on it (I3, D-269), so a held row neither stalls the shard nor defers its own claim"""
     shard = shard_of(sched.tenant, "held", TEST_SHARDS)
     free = next(
         f"free-{n}"
@@ -268,9 +269,9 @@ async def test_a_job_row_held_by_another_transaction_is_skipped_not_waited_for(
                 fired = [r["ms"] for r in await sched.runs(free) if r["ms"] > locked_at]
                 late = [r["ms"] for r in await sched.runs("held") if r["ms"] > locked_at]
             assert len(fired) >= 2, f"the shard stalled behind the held row: {fired}"
-            assert not late, "the held job was claimed through another transaction's lock"
+            assert len(late) >= 2, f"the held job's claims waited for the lock: {late}"
             await wait_for(
-                lambda: _any_run_after(sched, "held", held_at), 10, what="the held job firing again"
+                lambda: _any_run_after(sched, "held", held_at), 10, what="the held job firing on"
             )
         finally:
             await blocker.close()

@@ -74,10 +74,18 @@ UPDATE shard_leaders SET owner = NULL WHERE shard_id = $1 AND epoch = $2 AND own
 -- horizon_jobs --
 -- A shard's active jobs due in [$2, $3) (index jobs_due, a range of it): the whole horizon
 -- ($2 = 0, at takeover and the full reload) or the slice of time its extension newly covers.
+-- `claimed_through`: for a job already due, the latest occurrence a claim created from its
+-- `next_run_at` on (a probe of the run key's index, backwards; NULL: none) — its leader claims
+-- without writing the job's row, and a position not written yet when that leader went is
+-- derived from the runs here (D-269).
 SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
        (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
        j.kind, j.schedule, j.timezone, j.dst_gap, j.dst_overlap, j.misfire_policy,
-       j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy
+       j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy,
+       (SELECT (extract(epoch FROM r.scheduled_at) * 1000)::bigint FROM job_runs r
+        WHERE j.next_run_at <= now() AND r.tenant = j.tenant AND r.job_id = j.job_id
+          AND r.scheduled_at >= j.next_run_at AND r.origin = 'schedule'
+        ORDER BY r.scheduled_at DESC LIMIT 1) AS claimed_through
 FROM jobs j
 WHERE j.shard_id = $1 AND j.status = 'active'
   AND j.next_run_at >= 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
@@ -153,27 +161,26 @@ GROUP BY r.tenant, r.job_id
 
 -- claim_due --
 -- The claim (I3) of one or more leaders of a process at once (shards/claims.py combines the
--- claims its leaders make while another is under way): advance each due job whose
--- `next_run_at` is still the one the wheel expected, completing one-offs, and insert the run
--- rows planned for the jobs actually claimed: `pending` ones with a publish lease (attempt 1)
--- or without one (buffered), `skipped` ones with their reason. Returns one row per job claimed
--- (scheduled_at NULL) with what its envelopes need, and one row per pending run to publish
--- (the job columns NULL); the last column is the job's shard.
--- A job whose row another transaction holds (a registry batch writing it) is skipped, not
--- waited for: the caller re-reads it and claims it at a later tick, so an edit in flight — or
--- a registry frozen inside its transaction — never holds up the rest of the shard.
+-- claims its leaders make while another is under way): insert the run rows planned for the due
+-- jobs whose row still holds what the wheel loaded — active, at the version it knew — and
+-- nothing else: the job's row is read, not written or locked (where its schedule stands is the
+-- leader's, written later in batches by `jobs_positions`; docs/DECISIONS.md D-269). The runs are
+-- `pending` ones with a publish lease (attempt 1) or without one (buffered), `skipped` ones with
+-- their reason; the run key makes a second claim of an instant a no-op. Returns one row per job
+-- the claim found as the wheel knew it (scheduled_at NULL) with what its envelopes need, and one
+-- row per pending run inserted (the job columns NULL); the last column is the job's shard.
 -- The statement fences itself (I2), per shard, in place of `shard_fence` in a transaction of
 -- its own: `fence` share-locks each shard's row that holds the epoch and owner its leader
 -- passed — under READ COMMITTED a row a takeover changed after the snapshot is re-read when
--- locked and fails them — and only the jobs of shards it locked are locked or written (`due`
--- joins it). A takeover then waits for this statement's commit, as for a fenced
--- transaction's. For each shard whose fence failed, one row has a NULL tenant, with the owner
--- and epoch the shard's row holds and the shard (the caller raises FencedOut for that leader;
--- the other leaders' claims stand).
+-- locked and fails them — and only the jobs of shards it locked are claimed (`claimed` joins
+-- it). A takeover then waits for this statement's commit, as for a fenced transaction's. For
+-- each shard whose fence failed, one row has a NULL tenant, with the owner and epoch the
+-- shard's row holds and the shard (the caller raises FencedOut for that leader; the other
+-- leaders' claims stand).
 --   per leader: $1 shard  $2 epoch (its runs')  $3 $4 the fence: epoch and owner (the lease's;
 --   only the broken build `epoch_fence` passes what the shard's row holds)  $5 publish lease ms
---   jobs: $6 shard  $7 tenant  $8 job_id  $9 expected ms  $10 next ms (NULL: none)  $11 complete
---   runs: $12 tenant  $13 job_id  $14 scheduled ms  $15 status  $16 skip_reason  $17 leased
+--   jobs: $6 shard  $7 tenant  $8 job_id  $9 the version the wheel knew
+--   runs: $10 tenant  $11 job_id  $12 scheduled ms  $13 status  $14 skip_reason  $15 leased
 --   (each a batch: identifiers, numbers and flags as one comma-joined text, split here, 'n'
 --   for NULL — asyncpg would encode arrays element by element, tickwheel/db.py; the owners and
 --   skip reasons, free text, as a text[], the reasons NULL when the batch skips nothing)
@@ -186,34 +193,18 @@ WITH leaders AS (
     SELECT l.shard, l.epoch FROM shard_leaders s
     JOIN leaders l ON s.shard_id = l.shard AND s.epoch = l.fence_epoch AND s.owner = l.owner
     FOR SHARE OF s
-), due AS (
-    SELECT j.tenant, j.job_id, c.next_ms, c.complete, f.epoch
+), claimed AS MATERIALIZED (
+    SELECT j.tenant, j.job_id, j.shard_id, f.epoch, j.priority, j.max_attempts, j.handler,
+           j.target::text AS target, j.payload::text AS payload, j.timeout_ms,
+           j.overlap_policy
     FROM unnest(string_to_array($6::text, ',')::integer[], string_to_array($7::text, ','),
-                string_to_array($8::text, ','), string_to_array($9::text, ',')::bigint[],
-                string_to_array($10::text, ',', 'n')::bigint[],
-                string_to_array($11::text, ',')::boolean[])
-         AS c(shard, tenant, job_id, expected_ms, next_ms, complete)
+                string_to_array($8::text, ','), string_to_array($9::text, ',')::bigint[])
+         AS c(shard, tenant, job_id, version)
     JOIN fence f ON f.shard = c.shard
     JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
-    -- Each job is found by its primary key; its shard and instant are only checked. Written
-    -- as plain comparisons, they let the planner probe `jobs_due` (shard, instant) instead,
-    -- and it did whenever `jobs` had not been analysed since the burst's jobs were written:
-    -- in a hot second every due job of a shard shares that entry, so each probe walked the
-    -- whole shard (12x the buffers, twice Postgres's CPU for the burst; docs/BENCHMARKS.md,
-    -- session 20). `+ 0` and `+ interval '0'` change no value and match no index.
-    WHERE j.shard_id + 0 = c.shard AND j.status = 'active'
-      AND j.next_run_at + interval '0'
-          = 'epoch'::timestamptz + c.expected_ms * interval '1 millisecond'
-    FOR NO KEY UPDATE OF j SKIP LOCKED
-), claimed AS (
-    UPDATE jobs j SET
-        next_run_at = 'epoch'::timestamptz + c.next_ms * interval '1 millisecond',
-        status = CASE WHEN c.complete THEN 'completed' ELSE j.status END
-    FROM due c
-    WHERE j.tenant = c.tenant AND j.job_id = c.job_id
-    RETURNING j.tenant, j.job_id, j.shard_id, c.epoch, j.priority, j.max_attempts, j.handler,
-              j.target::text AS target, j.payload::text AS payload, j.timeout_ms,
-              j.overlap_policy
+    -- Each job is found by its primary key; shard and version are only checked (`+ 0`: a
+    -- plain comparison let the planner probe another index of `jobs` instead, D-269).
+    WHERE j.shard_id + 0 = c.shard AND j.status = 'active' AND j.version + 0 = c.version
 ), inserted AS (
     INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, status, attempt,
                           epoch, lease_until, max_attempts, origin, skip_reason, finished_at,
@@ -223,9 +214,9 @@ WITH leaders AS (
            c.epoch, CASE WHEN r.leased THEN now() + $5::bigint * interval '1 millisecond' END,
            c.max_attempts, 'schedule', r.skip_reason,
            CASE WHEN r.status = 'skipped' THEN now() END, c.overlap_policy <> 'allow'
-    FROM unnest(string_to_array($12::text, ','), string_to_array($13::text, ','),
-                string_to_array($14::text, ',')::bigint[], string_to_array($15::text, ','),
-                $16::text[], string_to_array($17::text, ',')::boolean[])
+    FROM unnest(string_to_array($10::text, ','), string_to_array($11::text, ','),
+                string_to_array($12::text, ',')::bigint[], string_to_array($13::text, ','),
+                $14::text[], string_to_array($15::text, ',')::boolean[])
          AS r(tenant, job_id, ms, status, skip_reason, leased)
     JOIN claimed c ON c.tenant = r.tenant AND c.job_id = r.job_id
     ON CONFLICT DO NOTHING
@@ -245,6 +236,27 @@ UNION ALL
 SELECT NULL, s.owner, s.epoch, NULL, NULL, NULL, NULL, NULL, l.shard
 FROM leaders l LEFT JOIN shard_leaders s ON s.shard_id = l.shard
 WHERE NOT EXISTS (SELECT FROM fence f WHERE f.shard = l.shard)
+
+-- jobs_positions --
+-- Where the schedules of claimed jobs stand (D-269): each job's next occurrence, or completed
+-- (a one-off, or a schedule with no occurrence left), written in batches off the claim. Only
+-- forward, and only over the version the claim saw and an active job: a registry write since
+-- (a new version, a pause, a delete) decides the row instead. Not fenced: a position is written
+-- only after its claim committed under the fence, and a later leader's load derives the same
+-- position from the runs (`horizon_jobs`). No new version: the change feed does not carry it
+-- (migration 0003's trigger).
+--   $1 tenants  $2 job ids  $3 versions  $4 next occurrences ms ('n': none, complete)
+UPDATE jobs j SET
+    next_run_at = 'epoch'::timestamptz + p.next_ms * interval '1 millisecond',  -- NULL: none
+    status = CASE WHEN p.next_ms IS NULL THEN 'completed' ELSE j.status END
+FROM unnest(string_to_array($1::text, ','), string_to_array($2::text, ','),
+            string_to_array($3::text, ',')::bigint[],
+            string_to_array($4::text, ',', 'n')::bigint[]) AS p(tenant, job_id, version, next_ms)
+WHERE j.tenant = p.tenant AND j.job_id = p.job_id
+  AND j.version + 0 = p.version AND j.status = 'active'
+  AND (p.next_ms IS NULL
+       OR j.next_run_at + interval '0'
+          < 'epoch'::timestamptz + p.next_ms * interval '1 millisecond')
 
 -- outbox_adopt --
 -- A new leader's outbox (I1), when the previous leader did not step down cleanly: dispatched

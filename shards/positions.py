@@ -1,0 +1,145 @@
+"""Where claimed jobs' schedules stand, written to `jobs` in batches off the claim (I3, D-269).
+
+A claim reads each due job's row and does not write it; the leader knows the job's next
+occurrence (or that it has none: a one-off, or a schedule that ended) and keeps it in its wheel.
+The row's `next_run_at` and `status` still matter to the readers of `jobs` — the horizon's slices
+(`horizon_jobs`), the registry, the API — so each claimed job's position is queued here and
+written later by one statement for many jobs (`jobs_positions`: forward only, over the version
+the claim saw):
+
+    soon   a position the leader's wheel does not hold — an occurrence beyond the horizon,
+           which the horizon's slice read must find in the row — is written before the
+           leader's next extension (`flush_before`), and by the loop within `SOON_S`
+    later  the rest (the next occurrence within the horizon, a completed one-off) while no
+           claim is under way for `IDLE_S`, or every `LATER_S` at the latest, or once
+           `MAX_QUEUED` wait: a hot second's completions are written after its burst, not
+           inside it
+
+A position lost with its process (a crash before the write) costs nothing but a re-read: the
+next leader derives it from the runs when it loads the horizon (`horizon_jobs`
+`claimed_through`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+
+import asyncpg
+
+from tickwheel import db
+from tickwheel.queries import QUERIES
+
+log = logging.getLogger("tickwheel.scheduler.positions")
+
+SOON_S = 0.5
+IDLE_S = 1.0
+LATER_S = 30.0
+MAX_QUEUED = 200_000
+BATCH = 5_000  # positions per statement
+RETRY_S = 1.0
+
+# tenant, job id, version, next occurrence (unix ms; None: complete)
+Position = tuple[str, str, int, "int | None"]
+
+
+class Positions:
+    """The positions of one process's leaders, queued and written in batches."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self._soon: dict[tuple[str, str], Position] = {}
+        self._later: dict[tuple[str, str], Position] = {}
+        self._last_claim = time.monotonic()
+        self._oldest_later: float | None = None
+        self._lock = asyncio.Lock()
+        self.written = 0  # positions written since start (a metric's source)
+
+    def claimed(self, positions: Iterable[Position], horizon_end_ms: int) -> None:
+        """Queue the positions of jobs a claim found; a job's newer position replaces one
+        still queued."""
+        self._last_claim = time.monotonic()
+        soon, later = self._soon, self._later
+        for p in positions:
+            key = (p[0], p[1])
+            if p[3] is not None and p[3] >= horizon_end_ms:
+                soon[key] = p
+                later.pop(key, None)
+            else:
+                later[key] = p
+                soon.pop(key, None)
+        if later and self._oldest_later is None:
+            self._oldest_later = time.monotonic()
+
+    def queued(self) -> int:
+        return len(self._soon) + len(self._later)
+
+    async def flush_before(self, until_ms: int) -> None:
+        """Write every queued position earlier than `until_ms` (a horizon extension's end):
+        the slice it reads then finds them."""
+        due = [p for p in self._soon.values() if p[3] is not None and p[3] < until_ms]
+        if due:
+            for p in due:
+                self._soon.pop((p[0], p[1]), None)
+            await self._write(due)
+
+    async def flush_all(self) -> None:
+        """Write everything queued (a clean stop)."""
+        soon, later = list(self._soon.values()), list(self._later.values())
+        self._soon.clear()
+        self._later.clear()
+        self._oldest_later = None
+        await self._write(soon + later)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """The writer: `soon` within SOON_S, `later` when idle, old or many."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), SOON_S)
+            try:
+                await self._step()
+            except db.DB_ERRORS:
+                log.warning("writing job positions failed; retrying", exc_info=True)
+                await asyncio.sleep(RETRY_S)
+        try:
+            await self.flush_all()
+        except db.DB_ERRORS:
+            log.warning("positions not written at stop; the next load derives them", exc_info=True)
+
+    async def _step(self) -> None:
+        if self._soon:
+            soon = list(self._soon.values())
+            self._soon.clear()
+            await self._write(soon)
+        if not self._later:
+            return
+        now = time.monotonic()
+        idle = now - self._last_claim >= IDLE_S
+        old = self._oldest_later is not None and now - self._oldest_later >= LATER_S
+        if idle or old or len(self._later) >= MAX_QUEUED:
+            later = list(self._later.values())
+            self._later.clear()
+            self._oldest_later = None
+            await self._write(later)
+
+    async def _write(self, positions: list[Position]) -> None:
+        """Write in statements of BATCH; what fails goes back to the queue."""
+        async with self._lock:
+            for start in range(0, len(positions), BATCH):
+                part = positions[start : start + BATCH]
+                try:
+                    await self.pool.execute(
+                        QUERIES["jobs_positions"],
+                        db.id_list([p[0] for p in part]),
+                        db.id_list([p[1] for p in part]),
+                        db.num_list([p[2] for p in part]),
+                        db.num_list([p[3] for p in part]),
+                    )
+                except BaseException:
+                    for p in positions[start:]:  # the next step writes them again
+                        self._soon.setdefault((p[0], p[1]), p)
+                    raise
+                self.written += len(part)
