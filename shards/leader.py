@@ -47,8 +47,8 @@ The sweeper (every `sweep_interval_ms`, fenced like the claim) publishes again w
 (a) the runs the broker refused earlier (kept in memory), the earlier epochs' pending runs
 until none is left when the previous leader did not step down cleanly (adoption, from the
 takeover on; a clean step-down clears the owner only with every publish acknowledged), and,
-as a safety net, pending runs of this epoch still not started when their publish lease
-(default 5 minutes) lapsed; (b) running
+as a safety net, pending runs of this epoch neither finished nor marked running when their
+publish lease (default 5 minutes) lapsed, sent again with the header `again` (D-268); (b) running
 runs whose worker lease lapsed: the next attempt, or `dead` plus a dead letter on the last one
 (the DLQ publish is acknowledged before that transaction commits, so a crash repeats it rather than
 losing it); (c) loads `retrying` runs into the wheel by `retry_at`, claimed when due with
@@ -149,7 +149,7 @@ class Shared:
     # For a connection outside the pool: a takeover blocked by a frozen predecessor must not
     # wait for a pooled connection that other blocked takeovers hold (`_end_blockers`).
     dsn: str = ""
-    # Bounds each tenant's runs claimed and not started; the default bounds nothing.
+    # Bounds each tenant's runs claimed and not finished; the default bounds nothing.
     window: DispatchWindow = field(default_factory=lambda: DispatchWindow(0, 1.0, 1))
     # The leaders' claims, combined while one is under way (`claims.py`).
     claims: ClaimCombiner = field(init=False)

@@ -3,17 +3,20 @@
 The run topics are first in, first out per partition. A tenant whose 100,000 runs fall due at
 09:00 would otherwise be claimed and published at once, and every run any other tenant has
 due after that instant would wait behind all of them on every partition. So a tenant's runs
-that are claimed and not started yet (`pending` with a publish lease, cluster-wide) are
-bounded by `limit` (`TICKWHEEL_TENANT_DISPATCH_WINDOW`): a leader claims a tenant's due
-entries only while the tenant has room, at most a quarter of the window per claim, and keeps
-the rest in its held queue (`ShardLeader._held`), outside the wheel, until the workers have
-started enough of them. Another tenant's runs that come due meanwhile have room
-of their own, are claimed at their tick and wait behind at most `limit` runs of the burst.
+that are claimed and not finished (`pending` with a publish lease, cluster-wide: a worker does
+not mark a first delivery started, D-268, so a run counts until its result, or until a
+heartbeat marks it `running`) are bounded by `limit` (`TICKWHEEL_TENANT_DISPATCH_WINDOW`): a
+leader claims a tenant's due entries only while the tenant has room, at most a quarter of the
+window per claim, and keeps the rest in its held queue (`ShardLeader._held`), outside the
+wheel, until the workers have finished enough of them. Another tenant's runs that come due
+meanwhile have room of their own, are claimed at their tick and wait behind at most `limit`
+runs of the burst. Issue 52 moves this fairness to the claim order and the topics; until that
+is built the window stays on (D-270).
 
 Where the count comes from: a claim reserves its entries when it takes them and settles
 with the runs it committed; while what a tenant uses (its last count, the runs claims
 committed since, the reservations not settled yet) is at least half the limit, the tenant is
-*watched*, and `run` counts its unstarted runs in Postgres every `refresh_s` (one statement
+*watched*, and `run` counts its unfinished runs in Postgres every `refresh_s` (one statement
 for every watched tenant, one probe of the `job_runs_lease` index per shard). A tenant below
 half the limit costs nothing: no statement runs unless some tenant is watched. The bound is
 soft by what other scheduler processes claim between two counts (each adds its own claims
@@ -39,14 +42,14 @@ CLAIM_SHARES = 4  # one claim takes at most a quarter of a tenant's window (`sha
 
 
 class DispatchWindow:
-    """Per tenant, runs claimed and not started; `room(tenant)` is what may still be claimed."""
+    """Per tenant, runs claimed and not finished; `room(tenant)` is what may still be claimed."""
 
     def __init__(self, limit: int, refresh_s: float, shards: int) -> None:
         self.limit = limit  # 0: no bound
         self.refresh_s = refresh_s
         self._shards = list(range(shards))  # every shard's: the count is cluster-wide
         self._share_cap = max(1, limit // CLAIM_SHARES)
-        # Per tenant: its unstarted runs as last counted, plus the runs claims committed since
+        # Per tenant: its unfinished runs as last counted, plus the runs claims committed since
         # the count began (`_since`); and the entries taken for claims not settled yet. A claim
         # in flight when a count begins may commit after the count's snapshot: it stays in
         # `_reserved` until it settles, so no count can lose it (one that committed before the
@@ -113,7 +116,7 @@ class DispatchWindow:
         return self.watched()
 
     def apply(self, counts: dict[str, int], tenants: Iterable[str]) -> None:
-        """A count of the watched `tenants` (absent from `counts`: none unstarted) taken when
+        """A count of the watched `tenants` (absent from `counts`: none unfinished) taken when
         `begin_count` was last called."""
         since = self._since
         freed = 0
@@ -138,7 +141,7 @@ class DispatchWindow:
             wake.set()
 
     async def run(self, pool: asyncpg.Pool, stop: asyncio.Event) -> None:
-        """Count the watched tenants' unstarted runs while any is watched, until `stop`."""
+        """Count the watched tenants' unfinished runs while any is watched, until `stop`."""
         if not self.limit:
             await stop.wait()
             return
@@ -154,7 +157,7 @@ class DispatchWindow:
             try:
                 await self._count(pool)
             except dbmod.DB_ERRORS:
-                log.warning("counting unstarted runs failed; retrying", exc_info=True)
+                log.warning("counting unfinished runs failed; retrying", exc_info=True)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.refresh_s)
 

@@ -149,15 +149,15 @@ class Settings(BaseSettings):
     tenant_dispatch_window: int = Field(
         2000,
         ge=0,
-        description="runs of one tenant that may be claimed and not started yet, cluster-wide "
-        "(each scheduler process stops claiming the tenant's due runs at this many until the "
-        "workers start some): another tenant's runs due meanwhile wait behind at most this "
-        "many of a burst; 0: no bound",
+        description="runs of one tenant that may be claimed and not finished yet (nor marked "
+        "running), cluster-wide (each scheduler process stops claiming the tenant's due runs "
+        "at this many until the workers finish some): another tenant's runs due meanwhile "
+        "wait behind at most this many of a burst; 0: no bound (D-270)",
     )
     dispatch_window_refresh_ms: int = Field(
         100,
         ge=10,
-        description="how often a scheduler counts the unstarted runs of the tenants near "
+        description="how often a scheduler counts the unfinished runs of the tenants near "
         "their dispatch window, milliseconds",
     )
     horizon_extend_s: int = Field(

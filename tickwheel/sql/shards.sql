@@ -128,8 +128,9 @@ WHERE r.shard_id = $1 AND r.status = 'retrying'
   AND r.retry_at < 'epoch'::timestamptz + $2::bigint * interval '1 millisecond'
 
 -- window_unstarted --
--- The dispatch window (shards/window.py): per tenant of $1, its runs claimed and not started
--- yet, cluster-wide — pending with a publish lease (a buffered run, without one, is not out).
+-- The dispatch window (shards/window.py): per tenant of $1, its runs claimed
+-- and not finished nor marked running, cluster-wide — pending with a publish lease (a buffered
+-- run, without one, is not out).
 -- One probe of job_runs_lease per shard of $2 (every shard): the runs in flight only. Written
 -- as a loop over the shards so that no plan but that index can serve it: as one scan, a day
 -- partition analysed while its runs were pending had the planner read every run of the
