@@ -1,6 +1,7 @@
-"""The three statements every run pays for, one at a time: what Postgres spends on each.
+"""The statements every run pays for, one at a time: what Postgres spends on each.
 
-A hot second mixes the leaders' claims, the workers' claims and their result writes on two
+A hot second mixes the leaders' claims and the workers' result writes (and, for suspect
+deliveries, their claims) on two
 busy cores, so `pg_stat_statements` there counts time spent waiting for a core too. This
 harness runs them apart, through the code that runs them in production, on N one-off jobs
 due at one instant in a scratch database of the dev stack:
@@ -10,9 +11,10 @@ due at one instant in a scratch database of the dev stack:
                what a claim took in a hot second under the dispatch window, session 10;
                `--claim-across-shards`: exactly `--claim` per statement, several shards'
                in one, through `claim_many` as the claim combiner sends them)
-    start      the worker's claim (`RunStore.claim`, the workers' session settings),
-               `--start` runs per statement (~60 in a hot second at concurrency 64), as for
-               the sealed envelopes leaders publish (`worker_claim_sealed`: no job row read;
+    start      with `--start N`: the worker's claim (`RunStore.claim`, the workers' session
+               settings), N runs per statement, which only suspect deliveries take (D-268;
+               without it, the default, a run's one worker write is its result), as for the
+               sealed envelopes leaders publish (`worker_claim_sealed`: no job row read;
                `--unsealed`: `worker_claim`, as for anyone else's)
     result     the worker's result write (`RunStore.write_results`), `--result` per statement
     floor …    the floor's claim and result statements (bench/floor.py: 5,000 jobs per claim,
@@ -368,7 +370,7 @@ async def _round(
         written = partial(_in_batches, runs, result, partial(_succeed, store), "written")
         steps = [
             ("claim", leaders.get_server_pid(), claimed),
-            ("start", worker_pid, started),
+            *([("start", worker_pid, started)] if start else []),
             ("result", worker_pid, written),
         ]
         phases = [await _phase(name, jobs, pid, admin, body) for name, pid, body in steps]
@@ -419,7 +421,12 @@ def main() -> None:
         action="store_true",
         help="claims of exactly --claim jobs, several shards' in one statement (claim_many)",
     )
-    parser.add_argument("--start", type=int, default=64, help="runs per worker claim")
+    parser.add_argument(
+        "--start",
+        type=int,
+        default=0,
+        help="runs per worker claim (0, the default: none, as for a first delivery, D-268)",
+    )
     parser.add_argument("--result", type=int, default=256, help="runs per result write")
     parser.add_argument(
         "--unsealed",

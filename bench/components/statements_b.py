@@ -10,8 +10,9 @@ rounds, B first in even ones), each side on a new scratch database of the dev st
 one-off jobs due at one instant:
 
     today   the statements harness's round (`statements.py` `_round`): the leader's claim
-            (`claim_due`, `--claim` per statement), the worker's claim (`--start`), the
-            result write (`--result`), and the floor's two statements beside them
+            (`claim_due`, `--claim` per statement), the worker's claim (`--start N`: only
+            suspect deliveries take it, D-268; none by default), the result write
+            (`--result`), and the floor's two statements beside them
     B       B claim     the leader's claim (`b_claim`): the fence, a primary-key read of each
                         due job's version and status, the INSERT into run_claims … ON CONFLICT
                         DO NOTHING RETURNING; exactly `--b-claim` runs per statement (5,000:
@@ -528,7 +529,7 @@ def _totals(rounds: list[tuple[str, list[Phase]]]) -> str:
     ]
     for i, (label, phases) in enumerate(rounds, 1):
         groups = (
-            [("claim + start + result", ["claim", "start", "result"]),
+            [("claim (+ start) + result", ["claim", "start", "result"]),
              ("floor claim + result", ["floor claim", "floor result"])]
             if label == "today"
             else [("B claim + check + outcome", ["B claim", "B check", "B outcome"]),
@@ -558,7 +559,9 @@ def main() -> None:
         action="store_true",
         help="today's claims of exactly --claim jobs, several shards' in one, as B's are",
     )
-    parser.add_argument("--start", type=int, default=64, help="runs per today's worker claim")
+    parser.add_argument(
+        "--start", type=int, default=0, help="runs per today's worker claim (0: none, D-268)"
+    )
     parser.add_argument("--result", type=int, default=256, help="runs per today's result write")
     parser.add_argument("--unsealed", action="store_true", help="today's start as unsealed")
     parser.add_argument("--b-claim", type=int, default=B_CLAIM, help="runs per B claim")
