@@ -310,13 +310,16 @@ class Worker:
         """Start the first deliveries of fresh claims at once (I4: no write before a run);
         the suspect ones and those of capped tenants take a claim first."""
         capped = self.caps.names
-        fresh = [d for d in picked if not d.suspect and d.env.tenant not in capped]
+        leased = self.leased
+        # A run this process holds already goes the claim's way too: a copy of the same attempt
+        # is skipped below, another attempt is claimed (the one in hand will be fenced out).
+        fresh = [d for d in picked if not (d.suspect or d.env.tenant in capped or d.run in leased)]
         if fresh:
             self._start_unclaimed(fresh)
             if len(fresh) == len(picked):
                 return
-            picked = [d for d in picked if d.suspect or d.env.tenant in capped]
-        leased = self.leased
+            started = {id(d) for d in fresh}
+            picked = [d for d in picked if id(d) not in started]
         if any(d.run in leased for d in picked):
             # A delivery of a run this process holds at the same attempt is a copy: never two
             # executions of one run key at once in a process (I4); its claim would succeed
