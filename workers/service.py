@@ -14,8 +14,9 @@ with exit 1):
                done before the next pick)
     record     (workers/record.py) writes finished attempts in batches and stores offsets (the
                steps below)
-    heartbeat  (here) every lease/3, extends the lease of every run this worker holds marked
-               `running`, and marks so the runs it started without a claim a second or more ago
+    heartbeat  (workers/holdings.py) every lease/3, extends the lease of every run this
+               worker holds marked `running`, and marks so the runs it started without a claim
+               a second or more ago
     caps       (workers/tenant_caps.py) every 2 s, reads which tenants have a cluster-wide cap
     watch      (workers/watch.py) every worker_stall_s / 4, asks the broker whether this
                worker still consumes: one that stopped (out of its group, its fetched
@@ -47,7 +48,7 @@ A delivery's path, and why a crash at any step loses nothing (I4, I5, I7):
        envelope's copy is only compared: a difference is counted and logged, never run). A run
        still in hand a second after its start is marked `running` at the next heartbeat, which
        keeps its lease from then on; so are the runs in hand of partitions a rebalance takes
-       away, before they go (`_release`): the next owner's claim of a redelivery finds them
+       away, before they go (workers/holdings.py): the next owner's claim of a redelivery finds them
        taken. A crash here leaves the row dispatched (or `running`); the message's offset was
        not stored, so the next owner of its partition receives it again as a suspect delivery:
        a dispatched run is claimed and runs again under the same attempt (at-least-once; the
@@ -89,7 +90,7 @@ import os
 import socket
 import uuid
 from collections import Counter
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -100,10 +101,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from tickwheel import broken
 from tickwheel.clock import now_ms
 from tickwheel.config import Settings
-from tickwheel.db import DB_ERRORS
 from tickwheel.deployment import worker_group
 from tickwheel.domain import PRIORITIES, RunStatus
 from tickwheel.envelopes import RunEnvelope, UnreadableRun, cut_text
@@ -117,16 +116,18 @@ from tickwheel.runtime import Process
 from tickwheel.stall import Underway
 from tickwheel.topics import Topics
 from tickwheel.workers import handlers
+from tickwheel.workers.claiming import Claiming
 from tickwheel.workers.deliveries import Delivery, Queues, Unreadable
 from tickwheel.workers.execution import Execution, Outcome
 from tickwheel.workers.fetch import Fetcher
 from tickwheel.workers.handlers import Context
+from tickwheel.workers.holdings import Holdings
 from tickwheel.workers.host_limits import HostLimit, HostLimiter, LimitPolicy
 from tickwheel.workers.limit_store import LimitStore
 from tickwheel.workers.metrics import PartsCollector, WorkerMetrics
 from tickwheel.workers.priorities import WeightedPicker
 from tickwheel.workers.record import Failed, Recorder, decided
-from tickwheel.workers.store import Claim, JobContent, Keys, RunId, RunStore
+from tickwheel.workers.store import Claim, JobContent, RunStore
 from tickwheel.workers.targets import HttpTargets, TargetPolicy
 from tickwheel.workers.tenant_caps import TenantCaps
 from tickwheel.workers.watch import ConsumerWatch
@@ -134,16 +135,7 @@ from tickwheel.workers.watch import ConsumerWatch
 log = logging.getLogger("tickwheel.worker")
 
 IDLE_WAIT_S = 0.5  # seconds the dispatcher sleeps when it has nothing to start (or a wake-up)
-# A run started without a claim and still in hand at a heartbeat this long after its start is
-# marked `running` (a short run is never written before its result).
-MARK_AFTER_MS = 1000
-# How long a revocation waits for the runs in hand of its partitions to be marked.
-RELEASE_TIMEOUT_S = 10.0
-# A claim that fails for want of the database waits this long before the next try (the
-# deliveries wait in their queue meanwhile), growing while it keeps failing.
-DB_RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0)
 WORKER_ASSIGNOR = "range"  # see make_worker
-Partition = tuple[str, int]  # topic, partition
 SUCCEEDED = RunStatus.SUCCEEDED.value
 
 
@@ -206,19 +198,18 @@ class Worker:
         self.caps = TenantCaps(limit_store, self.metrics)
         self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="handler")
         self.execution = Execution(self._threads, self.targets)
-        self.leased: dict[RunId, int] = {}  # runs held (executing or awaiting their write)
-        # Runs held that were started without a claim and are not marked `running` yet: the
-        # delivery and when it started (unix ms, this host's clock).
-        self.unmarked: dict[RunId, tuple[Delivery, int]] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.executing = 0
         self.tenant_load: Counter[str] = Counter()  # kept only under a tenant cap
         self._capped = settings.worker_tenant_concurrency > 0
         self.wake = asyncio.Event()
         self.executions_done = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._claim_failures = 0  # claims failed in a row (the database unavailable)
         self.underway = Underway()  # the database calls under way, for the watch
+        self.holdings = Holdings(
+            self.store, self.offsets, self.queues, self.metrics, self.underway, settings.lease_s
+        )
+        self.leased = self.holdings.leased
+        self.unmarked = self.holdings.unmarked
         self.metrics.in_flight.set_function(lambda: self.executing)
         self.fetcher = Fetcher(
             consumer,
@@ -233,7 +224,7 @@ class Worker:
             # A delivery this long after its record was produced may find the leader's lease
             # lapsed and the run sent again: it takes a claim (a suspect delivery).
             late_ms=max(0, (settings.publish_lease_s - settings.lease_s) * 1000),
-            release=self._release_from_consumer,
+            release=self.holdings.release_from_consumer,
         )
         self.source = self.fetcher.source
         self.recorder = Recorder(
@@ -250,6 +241,19 @@ class Worker:
             underway=self.underway,
         )
         self.recorded = self.recorder.done
+        self.claiming = Claiming(
+            store=self.store,
+            underway=self.underway,
+            queues=self.queues,
+            offsets=self.offsets,
+            source=self.source,
+            metrics=self.metrics,
+            caps=self.caps,
+            leased=self.leased,
+            hold_ms=settings.tenant_cap_hold_ms,
+            start=self._start,
+            dead_letter=self._dead_letter,
+        )
         self.watch = ConsumerWatch(
             self.source,
             lambda: {self.topics.runs(level) for level in self.fetcher.paused},
@@ -263,11 +267,11 @@ class Worker:
         )
 
     def start(self, process: Process) -> None:
-        self._loop = asyncio.get_running_loop()
+        self.holdings.bind(asyncio.get_running_loop())
         process.spawn("fetch", self.fetcher.run(process.stop, self.wake))
         process.spawn("dispatch", self.dispatch(process.stop))
         process.spawn("record", self.recorder.run(self.executions_done))
-        process.spawn("heartbeat", self.heartbeat())
+        process.spawn("heartbeat", self.holdings.heartbeat(self.recorded))
         process.spawn("caps", self.caps.run(process.stop))
         process.spawn("watch", self.watch.run(process.stop))
         process.on_close(self.close)
@@ -306,13 +310,16 @@ class Worker:
         """Start the first deliveries of fresh claims at once (I4: no write before a run);
         the suspect ones and those of capped tenants take a claim first."""
         capped = self.caps.names
-        fresh = [d for d in picked if not d.suspect and d.env.tenant not in capped]
+        leased = self.leased
+        # A run this process holds already goes the claim's way too: a copy of the same attempt
+        # is skipped below, another attempt is claimed (the one in hand will be fenced out).
+        fresh = [d for d in picked if not (d.suspect or d.env.tenant in capped or d.run in leased)]
         if fresh:
             self._start_unclaimed(fresh)
             if len(fresh) == len(picked):
                 return
-            picked = [d for d in picked if d.suspect or d.env.tenant in capped]
-        leased = self.leased
+            started = {id(d) for d in fresh}
+            picked = [d for d in picked if id(d) not in started]
         if any(d.run in leased for d in picked):
             # A delivery of a run this process holds at the same attempt is a copy: never two
             # executions of one run key at once in a process (I4); its claim would succeed
@@ -323,7 +330,7 @@ class Worker:
                 self._skip_copies(copies)
                 if not picked:
                     return
-        await self._claim_picked(picked)
+        await self.claiming.claim(picked)
 
     def _start_unclaimed(self, fresh: list[Delivery]) -> None:
         """Start deliveries without a claim: each is the first delivery of its claim, its
@@ -359,112 +366,6 @@ class Worker:
         """Copies of deliveries in hand are done at once: the run in hand writes the result."""
         self.metrics.skipped.labels("duplicate").inc(len(copies))
         self.offsets.done_many([(d.tp, d.offset, d.generation) for d in copies])
-
-    async def _claim_picked(self, picked: list[Delivery]) -> None:
-        capped = self.caps.names
-        if capped:  # runs of capped tenants take the capped claim (workers/tenant_caps.py)
-            under_cap = [d for d in picked if d.env.tenant in capped]
-            if under_cap:
-                rest = [d for d in picked if d.env.tenant not in capped]
-                if rest:
-                    await self._claim_uncapped(rest)
-                await self._claim_batch(under_cap, sorted({d.env.tenant for d in under_cap}))
-                return
-        await self._claim_uncapped(picked)
-
-    async def _claim_uncapped(self, picked: list[Delivery]) -> None:
-        """Sealed deliveries take the claim that reads no job row; the others the one that
-        reads what to run from it (tickwheel/run_seal.py)."""
-        sealed = [d for d in picked if d.sealed]
-        if len(sealed) == len(picked):
-            await self._claim_batch(picked, None, sealed=True)
-            return
-        if sealed:
-            await self._claim_batch(sealed, None, sealed=True)
-            picked = [d for d in picked if not d.sealed]
-        await self._claim_batch(picked, None)
-
-    async def _claim_batch(
-        self, picked: list[Delivery], capped: list[str] | None, sealed: bool = False
-    ) -> None:
-        # Two deliveries of one run may carry different attempts (a stale one and its
-        # re-dispatch): both are asked for, at most one can match the row.
-        keys = Keys()
-        asked: set[tuple[RunId, int]] = set()
-        for d in picked:
-            wanted = (d.run, d.env.attempt)
-            if wanted not in asked:
-                asked.add(wanted)
-                keys.add(d.run, d.env.attempt, d.published_ms)
-        try:
-            with self.underway.call("claim"):
-                claims, refused = await self.store.claim_isolating(
-                    keys,
-                    None if capped is None else (capped, self.settings.tenant_cap_hold_ms),
-                    sealed,
-                )
-        except DB_ERRORS as exc:
-            self._claim_failures += 1
-            pause_s = DB_RETRY_BACKOFF_S[min(self._claim_failures, len(DB_RETRY_BACKOFF_S)) - 1]
-            if self._claim_failures == 1:
-                log.exception("claiming %d runs failed; they wait in the queue", len(keys))
-            else:  # one traceback per outage, not one per attempt
-                log.warning(
-                    "claiming %d runs failed again (%d in a row; next try in %.1f s): %s",
-                    len(keys),
-                    self._claim_failures,
-                    pause_s,
-                    exc,
-                )
-            self.queues.put_back(picked)
-            await asyncio.sleep(pause_s)
-            return
-        self._claim_failures = 0
-        unclaimed: list[Delivery] = []
-        held: list[Delivery] = []
-        lateness: list[float] = []
-        opened = 0  # claimed deliveries whose seal opened: their envelope's content runs
-        for d in picked:
-            env = d.env
-            if refused:
-                reason = refused.get((d.run, env.attempt))
-                if reason is not None:
-                    log.warning(
-                        "delivery of %s refused by the database; dead-lettered", env.run_key
-                    )
-                    self._dead_letter(d.tp, d.offset, d.generation, d.raw, reason)
-                    continue
-            claim = claims.get(d.run)
-            if claim is None or claim.attempt != env.attempt:
-                if claim is None and d.run in claims:
-                    del claims[d.run]
-                    held.append(d)
-                else:
-                    unclaimed.append(d)
-                continue
-            del claims[d.run]  # a second delivery of this attempt in the batch is a duplicate
-            lateness.append(max(0, claim.started_ms - env.scheduled_at) / 1000)
-            self.leased[d.run] = claim.attempt
-            opened += d.sealed
-            self._start(d, claim)
-        if lateness:
-            observe_many(self.metrics.start_lateness, lateness)
-            if opened:
-                self.metrics.claimed.labels("sealed").inc(opened)
-            if opened < len(lateness):
-                self.metrics.claimed.labels("job_row").inc(len(lateness) - opened)
-        if held:
-            await self._held(held)
-        if unclaimed:
-            await self._skip(unclaimed)
-
-    async def _held(self, held: Sequence[Delivery]) -> None:
-        """Deliveries of runs their tenant's cap held back: the hold is written (the claim's
-        transaction committed), so they are done (I5); the leader dispatches the runs again."""
-        for tenant, count in Counter(d.env.tenant for d in held).items():
-            self.metrics.tenant_held.labels(tenant).inc(count)
-        self.offsets.done_many([(d.tp, d.offset, d.generation) for d in held])
-        await self.source.store_positions(self.offsets.advanced())
 
     def _start(self, d: Delivery, claim: Claim) -> None:
         """Step 3: run the job's content; an attempt over at once is recorded at once."""
@@ -530,48 +431,6 @@ class Worker:
             decided(d, claim, error, outcome.permanent, base_ms, cap_ms), outcome.seconds
         )
 
-    async def _skip(self, unclaimed: Sequence[Delivery]) -> None:
-        """Deliveries that claimed nothing are done at once; say why in the metrics."""
-        try:
-            with self.underway.call("status read"):
-                found = await self.store.statuses([d.run for d in unclaimed])
-        except DB_ERRORS:
-            found = None  # the reason is only for the metrics; the skip stands
-        done = []
-        for d in unclaimed:
-            reason = "duplicate"
-            if found is not None:
-                row = found.get(d.run)
-                if row is None:
-                    reason = "unknown_run"
-                elif row[1] != d.env.attempt:
-                    reason = "stale"
-                elif row[2]:
-                    reason = "held"
-                    log.warning(
-                        "delivery of %s, which overlap buffer_one holds back, skipped",
-                        d.env.run_key,
-                        extra={"run_key": d.env.run_key},
-                    )
-            self.metrics.skipped.labels(reason).inc()
-            if reason == "unknown_run":  # no scheduler made it: dead-lettered, with its bytes
-                log.warning(
-                    "delivery of an unknown run %s dead-lettered",
-                    d.env.run_key,
-                    extra={"run_key": d.env.run_key},
-                )
-                self._dead_letter(
-                    d.tp,
-                    d.offset,
-                    d.generation,
-                    d.raw,
-                    "names no run: there is no row for this run key (not produced by a scheduler)",
-                )
-                continue
-            done.append((d.tp, d.offset, d.generation))
-        self.offsets.done_many(done)
-        await self.source.store_positions(self.offsets.advanced())
-
     async def _drain(self) -> None:
         """Stopping: drop what is queued, let in-flight runs finish within the grace."""
         self.queues.clear()
@@ -585,96 +444,6 @@ class Worker:
         if late:
             log.warning("%d runs did not finish within the grace; left to their lease", len(late))
             await asyncio.wait(late)
-
-    # --- heartbeat ----------------------------------------------------------------------------
-
-    async def heartbeat(self) -> None:
-        interval_s = self.settings.lease_s / 3
-        while not self.recorded.is_set():
-            try:
-                await asyncio.wait_for(self.recorded.wait(), interval_s)
-                break
-            except TimeoutError:
-                pass
-            held = Keys()
-            unmarked = self.unmarked
-            due: list[RunId] = []
-            now = now_ms()
-            for run, attempt in list(self.leased.items()):
-                started = unmarked.get(run)
-                if started is None:
-                    held.add(run, attempt)
-                elif now - started[1] >= MARK_AFTER_MS:
-                    due.append(run)
-            try:
-                with self.underway.call("heartbeat"):
-                    await self.store.heartbeat(held)
-                    if due:
-                        await self._mark(due)
-            except DB_ERRORS:
-                # The next beat tries again; a lease that lapses meanwhile fences our write.
-                log.warning("heartbeat of %d runs failed", len(held) + len(due), exc_info=True)
-
-    async def _mark(self, runs: Sequence[RunId]) -> None:
-        """Mark runs started without a claim `running` under this worker (`worker_mark_running`):
-        those the answer leaves out moved on meanwhile and their result will be fenced out."""
-        keys = Keys()
-        ran: list[int] = []
-        now = now_ms()
-        chosen = []
-        for run in runs:
-            held = self.unmarked.get(run)
-            if held is None:  # recorded meanwhile
-                continue
-            d, started = held
-            keys.add(run, d.env.attempt, d.published_ms)
-            ran.append(max(0, now - started))
-            chosen.append(run)
-        if not keys:
-            return
-        marked = await self.store.mark_running(keys, ran)
-        for run in chosen:
-            self.unmarked.pop(run, None)
-        self.metrics.marked.labels("marked").inc(len(marked))
-        if len(marked) < len(chosen):
-            self.metrics.marked.labels("moved_on").inc(len(chosen) - len(marked))
-
-    # --- partitions taken away ----------------------------------------------------------------
-
-    def _release_from_consumer(self, partitions: list[Partition]) -> dict[Partition, int | None]:
-        """On the consumer's thread, while partitions are taken away (I4): the runs of those
-        partitions this worker started without a claim are marked `running` under it before
-        the partitions go, so their next owner's claim of a redelivery finds them taken and a
-        rebalance runs nothing twice; this worker finishes them and writes their results.
-        Returns each partition's done position, to commit."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return {tp: self.offsets.revoke(tp) for tp in partitions}
-        future = asyncio.run_coroutine_threadsafe(self._release(partitions), loop)
-        try:
-            return future.result(RELEASE_TIMEOUT_S)
-        except Exception:  # the database away, or the loop busy past the bound
-            log.warning(
-                "marking the runs of %d revoked partitions failed; their next owner may run "
-                "them again",
-                len(partitions),
-                exc_info=True,
-            )
-            future.cancel()
-            return {tp: self.offsets.revoke(tp) for tp in partitions}
-
-    async def _release(self, partitions: list[Partition]) -> dict[Partition, int | None]:
-        # No await before the offsets are revoked: from here on the dispatch starts nothing
-        # of these partitions (their queued deliveries are stale).
-        gone = set(partitions)
-        positions = {tp: self.offsets.revoke(tp) for tp in partitions}
-        self.queues.drop_revoked()
-        held = [run for run, (d, _) in self.unmarked.items() if d.tp in gone]
-        if held and not broken.on(broken.RELEASE_UNMARKED):
-            with self.underway.call("release"):
-                await self._mark(held)
-            log.info("partitions revoked: %d runs in hand marked running", len(held))
-        return positions
 
 
 def _differs(env: RunEnvelope, job: JobContent) -> bool:
