@@ -31,7 +31,7 @@ empty set. Nothing here imports anything of tickwheel, so any module may hold a 
                                                                   leader sent again or one a
                                                                   partition's previous owner
                                                                   had too (I4)
-    release_unmarked        workers/service.py `_release`         partitions taken away are let
+    release_unmarked        workers/holdings.py `_release`        partitions taken away are let
                                                                   go without marking the runs
                                                                   in hand `running` (I4)
 """

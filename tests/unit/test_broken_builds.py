@@ -22,7 +22,7 @@ HOMES = {
     broken.DST_OVERLAP_IGNORED: "tickwheel/schedule/cron.py",
     broken.CLAIM_IGNORES_LEASE: "workers/store.py",
     broken.SUSPECT_IGNORED: "workers/fetch.py",
-    broken.RELEASE_UNMARKED: "workers/service.py",
+    broken.RELEASE_UNMARKED: "workers/holdings.py",
 }
 CONSTANTS = {
     broken.EPOCH_FENCE: "EPOCH_FENCE",
