@@ -16,10 +16,10 @@ it and died, or stopped past its session); or when it arrives so late after it w
 delivery starts without a write.
 
 The consumer's rebalance callbacks run on its I/O thread: an assignment starts a partition's
-generation and reads the partition's end; a revocation hands the partitions to `release` (the
-worker marks the runs of those partitions it holds as running, then revokes their offsets),
-commits each partition's done position at once (its next owner starts there) and drops the
-deliveries of the partition still queued.
+generation (its end is read after its first fetch, from the client's cache); a revocation hands
+the partitions to `release` (the worker marks the runs of those partitions it holds as running,
+then revokes their offsets), commits each partition's done position at once (its next owner
+starts there) and drops the deliveries of the partition still queued.
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ LAG_EVERY_S = 1.0  # seconds between per-partition lag reports (cached watermark
 DeadLetterFn = Callable[[tuple[str, int], int, int, bytes, str], None]
 # Partitions taken away → each one's done position to commit (None: nothing done).
 ReleaseFn = Callable[[list[tuple[str, int]]], "dict[tuple[str, int], int | None]"]
-END_READ_TIMEOUT_S = 5.0  # reading a newly assigned partition's end offset
 
 
 class Fetcher:
@@ -82,6 +81,7 @@ class Fetcher:
         # Per partition, the end offset it had when it was assigned: a delivery below it may
         # have been started by the previous owner (None: unknown, every delivery is suspect).
         self.assigned_end: dict[tuple[str, int], int | None] = {}
+        self._ends_unknown: set[tuple[str, int]] = set()
         self.topics = topics
         self.run_seal = run_seal
         self.level_of = {topics.runs(p): p for p in PRIORITIES}
@@ -113,6 +113,10 @@ class Fetcher:
         lag_due = time.monotonic()
         while not stop.is_set():
             messages = await self.source.batch()
+            if self._ends_unknown:
+                # Partitions newly assigned: their ends as the fetch that brought these
+                # messages saw them (every delivery below is suspect).
+                await self.source.call(self._read_ends)
             if messages:
                 self._receive(messages)
             if self._revoked:
@@ -208,24 +212,37 @@ class Fetcher:
         if parts:
             (self.source.consumer.pause if pause else self.source.consumer.resume)(parts)
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             key = (tp.topic, tp.partition)
-            # Read before the first fetch of the partition: what lies below was produced
-            # before this worker had it.
-            try:
-                _low, high = consumer.get_watermark_offsets(tp, timeout=END_READ_TIMEOUT_S)
-            except KafkaException as exc:
-                log.warning(
-                    "reading the end of %s[%d] failed; its deliveries are claimed "
-                    "first until it is assigned again: %s",
-                    *key,
-                    exc,
-                )
-                high = None
-            self.assigned_end[key] = high if high is None or high >= 0 else None
+            # Unknown until the partition's first fetch (`_read_ends`): until then every
+            # delivery of it is suspect. (Asking the broker here, one partition at a time,
+            # held the consumer's thread ~0.1 s per partition: a rebalance's starts stopped
+            # for seconds.)
+            self.assigned_end[key] = None
+            self._ends_unknown.add(key)
             self.offsets.assign(key)
         self._assignment_changed = True
+
+    def _read_ends(self) -> None:
+        """The end of each newly assigned partition as its latest fetch saw it (librdkafka's
+        cached high watermark: no request), at or past its end when it was assigned: what lies
+        below may have been started by a previous owner. A partition not fetched yet stays
+        unknown."""
+        consumer = self.source.consumer
+        for key in list(self._ends_unknown):
+            if key not in self.assigned_end:  # revoked meanwhile
+                self._ends_unknown.discard(key)
+                continue
+            try:
+                _low, high = consumer.get_watermark_offsets(
+                    TopicPartition(key[0], key[1]), cached=True
+                )
+            except KafkaException:
+                continue
+            if high >= 0:
+                self.assigned_end[key] = high
+                self._ends_unknown.discard(key)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Hand the partitions to `release`, then commit each one's done position now: its

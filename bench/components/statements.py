@@ -17,6 +17,9 @@ due at one instant in a scratch database of the dev stack:
                sealed envelopes leaders publish (`worker_claim_sealed`: no job row read;
                `--unsealed`: `worker_claim`, as for anyone else's)
     result     the worker's result write (`RunStore.write_results`), `--result` per statement
+    positions  where the claimed jobs stand, written after the burst (`jobs_positions`, as
+               shards/positions.py writes them: 5,000 per statement; a one-off completed):
+               not on a run's path, but each claimed job's deferred cost (D-269)
     floor …    the floor's claim and result statements (bench/floor.py: 5,000 jobs per claim,
                500 results per write) on the same jobs in its own tables of the same database:
                the least the design needs, measured beside
@@ -68,6 +71,7 @@ from tickwheel.queries import QUERIES
 from tickwheel.schedule import ScheduleCache
 from tickwheel.shards import store as leader_store
 from tickwheel.shards.plan import JobEntry, plan_claims
+from tickwheel.shards.positions import BATCH as POSITIONS_BATCH
 from tickwheel.shards.store import FencedOut, Lease
 from tickwheel.testing import migrate, scratch_database_async
 from tickwheel.workers.store import Keys, Results, RunId, RunStore
@@ -228,6 +232,26 @@ async def _leader_claims(
     return calls
 
 
+async def _positions(conn: asyncpg.Connection, shards: list[tuple[Lease, list[JobEntry]]]) -> int:
+    """Every claimed one-off completed, as the leaders' positions writer does after a burst
+    (`jobs_positions`, POSITIONS_BATCH per statement). Returns the number of statements."""
+    entries = [entry for _, loaded in shards for entry in loaded]
+    calls = 0
+    for i in range(0, len(entries), POSITIONS_BATCH):
+        part = entries[i : i + POSITIONS_BATCH]
+        status = await conn.execute(
+            QUERIES["jobs_positions"],
+            db.id_list([e.tenant for e in part]),
+            db.id_list([e.job_id for e in part]),
+            db.num_list([e.version for e in part]),
+            db.num_list([None] * len(part)),
+        )
+        calls += 1
+        if int(status.rsplit(" ", 1)[-1]) != len(part):
+            raise RuntimeError(f"{status} of {len(part)} positions written")
+    return calls
+
+
 async def _in_batches(
     runs: list[RunId], size: int, write: Callable[[list[RunId]], Awaitable[int]], what: str
 ) -> int:
@@ -372,6 +396,7 @@ async def _round(
             ("claim", leaders.get_server_pid(), claimed),
             *([("start", worker_pid, started)] if start else []),
             ("result", worker_pid, written),
+            ("positions", leaders.get_server_pid(), partial(_positions, leaders, shards)),
         ]
         phases = [await _phase(name, jobs, pid, admin, body) for name, pid, body in steps]
         progress = await admin.fetchrow(QUERIES["bench_progress"])
