@@ -3,7 +3,9 @@ checker (bench/ledger.py) over them, with `COMPLETE` as the final statuses (afte
 the replay nothing may stay dead). Pure, but for `occurrences`'s schedule arithmetic.
 
 The demo adds one way of losing a run to the checker's: an occurrence due well before the
-pause that the scheduler never reached (the job's `next_run_at` is still before it).
+pause that the scheduler never reached (where the job's schedule stands — its `next_run_at`, or
+the occurrence after its latest run when the leader claimed past the row, whose position it
+writes later in batches, D-269 — is still before it).
 """
 
 from __future__ import annotations
@@ -74,3 +76,13 @@ def occurrences(
         found.append(at)
         at = spec.next_fire_after(at)
     return found
+
+
+def next_after(tenant: str, doc: dict[str, Any], after_ms: int, shards: int) -> int | None:
+    """The registered document's first fire instant after `after_ms` (a one-off: none)."""
+    from tickwheel.registry_api.document import Limits, parse_document, validate_job
+
+    if doc.get("at") is not None:
+        return None
+    spec = validate_job(tenant, parse_document(doc), Limits(shards=shards), after_ms)
+    return spec.next_fire_after(after_ms)

@@ -19,7 +19,13 @@ from typing import Any
 
 import orjson
 
-from tickwheel.bench.demo.check import DemoReport, Registered, check_ledger, occurrences
+from tickwheel.bench.demo.check import (
+    DemoReport,
+    Registered,
+    check_ledger,
+    next_after,
+    occurrences,
+)
 from tickwheel.bench.demo.view import LiveView
 from tickwheel.bench.handlers import DIR_ENV, EXECUTIONS_FILE, FIXED_FILE
 from tickwheel.bench.ledger import Execution, RunRow, read_executions
@@ -438,17 +444,26 @@ class Demo:
 
         from tickwheel.clock import now_ms
 
+        # A one-off whose run exists is done, though it reads `active` until its leader writes
+        # its position (D-269): only the jobs that may still fire are paused.
+        ran = {r["job_id"] for r in asyncio.run(self._fetch("bench_ledger_runs", self.tenant))}
         active = [
             r["job_id"]
             for r in asyncio.run(self._fetch("demo_jobs", self.tenant))
-            if r["status"] == "active"
+            if r["status"] == "active" and not (r["job_id"] in ran and self._one_off(r["job_id"]))
         ]
+        paused = []
         for job_id in active:
             resp = httpx.post(f"{self.base}/v1/jobs/{job_id}/pause", headers=self.auth, timeout=10)
+            if resp.status_code == 409 and "is completed" in resp.text:
+                # A one-off whose run was claimed reads `active` until its leader writes its
+                # position (D-269); written meanwhile, there is nothing left to pause.
+                continue
             if resp.status_code != 200:
                 raise RuntimeError(f"demo: pausing {job_id} → {resp.status_code} {resp.text}")
+            paused.append(job_id)
         paused_ms = now_ms()
-        self.paused = active
+        self.paused = active = paused
         self.say(f"15. paused the {len(active)} active jobs; waiting for the last runs")
 
         assert self.view is not None
@@ -460,12 +475,27 @@ class Demo:
 
         _wait_for(settled, "every run to finish", SETTLE_TIMEOUT_S)
         jobs = {r["job_id"]: r for r in asyncio.run(self._fetch("demo_jobs", self.tenant))}
+        rows = [
+            RunRow(self.tenant, **dict(r))
+            for r in asyncio.run(self._fetch("bench_ledger_runs", self.tenant))
+        ]
+        latest: dict[str, int] = {}
+        for run in rows:
+            latest[run.job_id] = max(latest.get(run.job_id, run.scheduled_ms), run.scheduled_ms)
         due: dict[str, list[int]] = {}
         behind: dict[str, list[int]] = {}
         for job_id, reg in self.registered.items():
             row = jobs.get(job_id)
             if reg.first_ms is None or row is None:
                 continue
+            position = row["next_run_ms"]
+            if position is not None and latest.get(job_id, -1) >= position:
+                # Its leader claimed past the row's position, which it writes in batches
+                # (D-269) and not at all once the job is paused: the schedule stands after
+                # the latest run.
+                position = next_after(self.tenant, reg.doc, latest[job_id], DEMO_SHARDS)
+                position = paused_ms + 1 if position is None else position
+            row = {**dict(row), "next_run_ms": position}
             stop = row["next_run_ms"] if row["next_run_ms"] is not None else paused_ms + 1
             due[job_id] = occurrences(
                 self.tenant, reg.doc, reg.first_ms, min(stop, paused_ms + 1), DEMO_SHARDS
@@ -480,14 +510,14 @@ class Demo:
                 )
                 if late:
                     behind[job_id] = late
-        rows = [
-            RunRow(self.tenant, **dict(r))
-            for r in asyncio.run(self._fetch("bench_ledger_runs", self.tenant))
-        ]
         executions = read_executions(self.folder / EXECUTIONS_FILE)
         report = check_ledger(due, behind, rows, executions, self.tenant)
         self._summary(report, executions)
         return report
+
+    def _one_off(self, job_id: str) -> bool:
+        reg = self.registered.get(job_id)
+        return reg is not None and reg.doc.get("at") is not None
 
     def _resume(self) -> None:
         """--keep: the jobs paused for the check go on firing."""

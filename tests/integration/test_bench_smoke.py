@@ -85,12 +85,13 @@ def test_two_tenant_burst_reports_each_tenant(stack: Addresses, tmp_path: Path) 
 
 
 @pytest.mark.timeout(300)
-def test_statements_component_runs_the_three_statements_and_a_variant(
+def test_statements_component_runs_the_statements_and_a_variant(
     stack: Addresses, tmp_path: Path
 ) -> None:
     """`bench.components.statements` on 640 jobs, with the leader's claim given as a variant
-    (its own text): both rounds claim, start and write every run, in the batches asked for,
-    and the floor's two statements beside them; an unknown statement name is refused by name"""
+    (its own text): both rounds claim, start (the suspect path's claim, asked for) and write
+    every run, then the claimed jobs' positions, in the batches asked for, and the floor's two
+    statements beside them; an unknown statement name is refused by name"""
     from tickwheel.queries import QUERIES
 
     variant = tmp_path / "claim.sql"
@@ -107,13 +108,14 @@ def test_statements_component_runs_the_three_statements_and_a_variant(
     report = json.loads(out.read_text())
     assert [r["label"] for r in report["rounds"]] == ["current", "variant"]
     for r in report["rounds"]:
-        claim, start, result, floor_claim, floor_result = r["phases"]
+        claim, start, result, positions, floor_claim, floor_result = r["phases"]
         assert [p["name"] for p in r["phases"]] == [
-            "claim", "start", "result", "floor claim", "floor result"
+            "claim", "start", "result", "positions", "floor claim", "floor result"
         ]  # fmt: skip
         assert all(p["runs"] == 640 for p in r["phases"])
         assert 7 <= claim["calls"] <= 64  # at most 100 per claim, one shard at a time
         assert start["calls"] == 10 and result["calls"] == 3
+        assert positions["calls"] == 1  # 5,000 per statement
         assert floor_claim["calls"] == 1 and floor_result["calls"] == 2
         assert all(p["postgres_cpu_us_per_run"] >= 0 for p in r["phases"])
     refused = subprocess.run(

@@ -99,11 +99,12 @@ def test_a_claim_that_ignores_the_lease_is_caught_running_a_run_twice(
     private_stack: Deployment,
 ) -> None:
     """claim_ignores_lease, a worker joining mid-burst: a partition's new owner claims again
-    runs still running under their first worker's lease (unexplained re-executions and
-    duplicate successes > 0)"""
+    runs still running under their first worker's lease — marked so when their partition was
+    taken away — and runs each a second time under the same attempt while the first worker
+    lives on (unexplained re-executions > 0; one result per attempt lands, so no duplicate
+    success, D-268)"""
     report = _one_round(private_stack, broken.CLAIM_IGNORES_LEASE, "rebalance", LONG_BURST_MS)
     assert report["unexplained_reexecutions"] > 0, report["detail"]
-    assert report["duplicate_successes"] > 0, report["detail"]
 
 
 def test_the_same_rounds_of_the_correct_build_find_nothing(private_stack: Deployment) -> None:
