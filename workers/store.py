@@ -196,7 +196,7 @@ class RunStore:
         return {(r[0], r[1]): Backoff(r[2], r[3]) for r in rows}
 
     def _claim_params(self, keys: Keys) -> tuple[Any, ...]:
-        """$1..$8 of `worker_claim` (and of `worker_claim_capped`)."""
+        """$1..$8 of `worker_claim` (and of `worker_claim_capped`, `worker_mark_running`)."""
         return (
             id_list(keys.tenants),
             id_list(keys.job_ids),
@@ -313,16 +313,7 @@ class RunStore:
         if not keys:
             return set()
         rows = await self.pool.fetch(
-            QUERIES["worker_mark_running"],
-            id_list(keys.tenants),
-            id_list(keys.job_ids),
-            num_list(keys.scheduled_ms),
-            num_list(keys.attempts),
-            self.worker_id,
-            self.lease_ms,
-            num_list(keys.published_ms),
-            CLAIMABLE,
-            num_list(ran_ms),
+            QUERIES["worker_mark_running"], *self._claim_params(keys), num_list(ran_ms)
         )
         return {(r[0], r[1], r[2]) for r in rows}
 
