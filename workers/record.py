@@ -97,6 +97,7 @@ class Recorder:
         metrics: WorkerMetrics,
         leased: dict[RunId, int],
         unmarked: dict[RunId, tuple[Delivery, int]],
+        finished_unmarked: set[RunId],
         worker_id: str,
         batch_size: int,
         underway: Underway,
@@ -110,6 +111,7 @@ class Recorder:
         self.metrics = metrics
         self.leased = leased  # the worker's runs held; a recorded attempt leaves it
         self.unmarked = unmarked  # those of them started without a claim and not marked
+        self.finished_unmarked = finished_unmarked  # those of them that finished
         self.worker_id = worker_id
         self.batch_size = batch_size
         self.finished: list[Finished | Failed] = []
@@ -226,7 +228,8 @@ class Recorder:
                 )
             if leased.get(run) == claim.attempt:
                 del leased[run]
-                self.unmarked.pop(run, None)
+                if self.unmarked.pop(run, None) is not None:
+                    self.finished_unmarked.discard(run)
             done.append((d.tp, d.offset, d.generation))
         for outcome, count in outcomes.items():
             self.metrics.executions.labels(outcome).inc(count)

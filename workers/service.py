@@ -236,6 +236,7 @@ class Worker:
             metrics=self.metrics,
             leased=self.leased,
             unmarked=self.unmarked,
+            finished_unmarked=self.holdings.finished,
             worker_id=worker_id,
             batch_size=settings.worker_batch,
             underway=self.underway,
@@ -403,6 +404,7 @@ class Worker:
             # Shutdown past its grace: no result; the lease lapses and the scheduler moves on.
             self.leased.pop(d.run, None)
             self.unmarked.pop(d.run, None)
+            self.holdings.finished.discard(d.run)
             raise
         finally:
             self.executing -= 1
@@ -416,6 +418,8 @@ class Worker:
 
     def _finish(self, d: Delivery, claim: Claim, outcome: Outcome) -> None:
         """Step 4: what the attempt becomes, queued for `record`."""
+        if d.run in self.unmarked:
+            self.holdings.finished.add(d.run)  # not to be marked: its result is on its way
         if outcome.error is None:
             self.recorder.add_finished((d, claim, SUCCEEDED, None, None), outcome.seconds)
             return
