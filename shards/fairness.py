@@ -87,6 +87,10 @@ class TenantQueue(Generic[E]):
         self._size -= len(out)
         return out
 
+    def tenants(self) -> Iterable[str]:
+        """The tenants with entries waiting."""
+        return self._entries.keys()
+
     def ready(self, room: Callable[[str], int]) -> bool:
         """Some waiting tenant has room."""
         return any(room(t) > 0 for t in self._entries)

@@ -66,7 +66,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, cast
@@ -498,26 +498,43 @@ class ShardLeader:
         stay held until a count of the workers' progress frees some."""
         queue = self._held
         self._hold(due)
-        size = self.cfg.claim_batch
         share = self.s.window.share
-        while queue:
-            batch = queue.take(size, share)
-            if not batch:
-                self.s.window.wait_for_room(self.wake)
-                break
-            held_keys = self._held_keys
-            for v in batch:
-                held_keys.discard(v.key if isinstance(v, JobEntry) else _retry_key(v))
-            self.s.window.reserve(v.tenant for v in batch)  # settled by each claim
-            jobs = [v for v in batch if isinstance(v, JobEntry)]
-            retries = [v for v in batch if isinstance(v, RetryEntry)]
-            if jobs:
-                await self._claim(jobs, now)
-            if retries:
-                await self._claim_retries(retries)
-            if queue and self.dispatching.is_set() and not self._stopping:
+        claims = self.s.claims
+        try:
+            while queue:
+                # The process's leaders take turns under a burst (claims.py); what came due
+                # meanwhile joins the queue in `_turn_view`.
+                size = await claims.turn(self.shard, self._turn_view)
+                if not size:
+                    break
+                batch = queue.take(size, share)
+                if not batch:
+                    claims.release(self.shard)
+                    self.s.window.wait_for_room(self.wake)
+                    break
                 now = self.s.clock.now_ms()
-                self._hold(self._advance(now))
+                held_keys = self._held_keys
+                for v in batch:
+                    held_keys.discard(v.key if isinstance(v, JobEntry) else _retry_key(v))
+                self.s.window.reserve(v.tenant for v in batch)  # settled by each claim
+                jobs = [v for v in batch if isinstance(v, JobEntry)]
+                retries = [v for v in batch if isinstance(v, RetryEntry)]
+                if jobs:
+                    await self._claim(jobs, now)
+                claims.release(self.shard)  # the claim took its turn, or it failed before
+                if retries:
+                    await self._claim_retries(retries)
+        finally:
+            claims.release(self.shard)
+
+    def _turn_view(self) -> tuple[Iterable[str], int]:
+        """What this leader would claim now: its queue's tenants, and how many entries (what
+        came due since it asked joins the queue first)."""
+        if self._stopping or not self.dispatching.is_set():
+            return (), 0
+        self._hold(self._advance(self.s.clock.now_ms()))
+        queue = self._held
+        return queue.tenants(), min(len(queue), self.cfg.claim_batch)
 
     def _hold(self, due: list[tuple[str, int, JobEntry | RetryEntry | None]]) -> None:
         """Queue due entries for their claim, each key once."""

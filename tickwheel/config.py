@@ -147,12 +147,13 @@ class Settings(BaseSettings):
         "not hold at their version and next instant are read in full), seconds",
     )
     tenant_dispatch_window: int = Field(
-        2000,
+        0,
         ge=0,
         description="runs of one tenant that may be claimed and not finished yet (nor marked "
-        "running), cluster-wide (each scheduler process stops claiming the tenant's due runs "
-        "at this many until the workers finish some): another tenant's runs due meanwhile "
-        "wait behind at most this many of a burst; 0: no bound (D-270)",
+        "running), cluster-wide: a quota that holds a tenant's due runs in the scheduler at "
+        "this many until the workers finish some; 0 (the default): no bound, a burst goes to "
+        "the run topics at once and the leaders' turns keep other tenants' runs from waiting "
+        "behind it (D-271)",
     )
     dispatch_window_refresh_ms: int = Field(
         100,
