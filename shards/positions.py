@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import asyncpg
 
@@ -126,20 +126,30 @@ class Positions:
             await self._write(later)
 
     async def _write(self, positions: list[Position]) -> None:
-        """Write in statements of BATCH; what fails goes back to the queue."""
-        async with self._lock:
-            for start in range(0, len(positions), BATCH):
-                part = positions[start : start + BATCH]
-                try:
-                    await self.pool.execute(
-                        QUERIES["jobs_positions"],
-                        db.id_list([p[0] for p in part]),
-                        db.id_list([p[1] for p in part]),
-                        db.num_list([p[2] for p in part]),
-                        db.num_list([p[3] for p in part]),
-                    )
-                except BaseException:
-                    for p in positions[start:]:  # the next step writes them again
-                        self._soon.setdefault((p[0], p[1]), p)
-                    raise
-                self.written += len(part)
+        """Write in statements of BATCH, one at a time in the process (two statements updating
+        the same rows in different orders could deadlock); the lock is taken per statement, so
+        `flush_before` waits for one statement of a long flush, not all of it. What fails goes
+        back to the queue."""
+        for start in range(0, len(positions), BATCH):
+            part = positions[start : start + BATCH]
+            try:
+                async with self._lock:
+                    await write_positions(self.pool, part)
+            except BaseException:
+                for p in positions[start:]:  # the next step writes them again
+                    self._soon.setdefault((p[0], p[1]), p)
+                raise
+            self.written += len(part)
+
+
+async def write_positions(db_: asyncpg.Pool | asyncpg.Connection, part: Sequence[Position]) -> str:
+    """One `jobs_positions` statement for `part` (forward only, over each claim's version, only
+    while the job is active); its status (`UPDATE n`)."""
+    status: str = await db_.execute(
+        QUERIES["jobs_positions"],
+        db.id_list([p[0] for p in part]),
+        db.id_list([p[1] for p in part]),
+        db.num_list([p[2] for p in part]),
+        db.num_list([p[3] for p in part]),
+    )
+    return status

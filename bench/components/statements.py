@@ -72,6 +72,7 @@ from tickwheel.schedule import ScheduleCache
 from tickwheel.shards import store as leader_store
 from tickwheel.shards.plan import JobEntry, plan_claims
 from tickwheel.shards.positions import BATCH as POSITIONS_BATCH
+from tickwheel.shards.positions import write_positions
 from tickwheel.shards.store import FencedOut, Lease
 from tickwheel.testing import migrate, scratch_database_async
 from tickwheel.workers.store import Keys, Results, RunId, RunStore
@@ -239,13 +240,7 @@ async def _positions(conn: asyncpg.Connection, shards: list[tuple[Lease, list[Jo
     calls = 0
     for i in range(0, len(entries), POSITIONS_BATCH):
         part = entries[i : i + POSITIONS_BATCH]
-        status = await conn.execute(
-            QUERIES["jobs_positions"],
-            db.id_list([e.tenant for e in part]),
-            db.id_list([e.job_id for e in part]),
-            db.num_list([e.version for e in part]),
-            db.num_list([None] * len(part)),
-        )
+        status = await write_positions(conn, [(e.tenant, e.job_id, e.version, None) for e in part])
         calls += 1
         if int(status.rsplit(" ", 1)[-1]) != len(part):
             raise RuntimeError(f"{status} of {len(part)} positions written")
