@@ -1,8 +1,10 @@
-"""How far one tenant's dispatch may run ahead of the workers: the dispatch window (issue 25).
+"""How far one tenant's dispatch may run ahead of the workers: the dispatch window (issue 25),
+a quota an operator sets; off by default (D-271).
 
-The run topics are first in, first out per partition. A tenant whose 100,000 runs fall due at
-09:00 would otherwise be claimed and published at once, and every run any other tenant has
-due after that instant would wait behind all of them on every partition. So a tenant's runs
+The run topics are first in, first out per partition. The 100,000 runs a tenant has due at
+09:00 are claimed and published at once, and where the workers are slower than the claims
+every run any other tenant has due after that instant waits behind them on every partition
+(with workers that keep pace, the leaders' turns, `claims.py`, are enough). So a tenant's runs
 that are claimed and not finished (`pending` with a publish lease, cluster-wide: a worker does
 not mark a first delivery started, D-268, so a run counts until its result, or until a
 heartbeat marks it `running`) are bounded by `limit` (`TICKWHEEL_TENANT_DISPATCH_WINDOW`): a
@@ -10,8 +12,7 @@ leader claims a tenant's due entries only while the tenant has room, at most a q
 window per claim, and keeps the rest in its held queue (`ShardLeader._held`), outside the
 wheel, until the workers have finished enough of them. Another tenant's runs that come due
 meanwhile have room of their own, are claimed at their tick and wait behind at most `limit`
-runs of the burst. Issue 52 moves this fairness to the claim order and the topics; until that
-is built the window stays on (D-270).
+runs of the burst.
 
 Where the count comes from: a claim reserves its entries when it takes them and settles
 with the runs it committed; while what a tenant uses (its last count, the runs claims
