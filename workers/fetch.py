@@ -11,12 +11,13 @@ A delivery is *suspect* — it may not be the first delivery of a fresh claim, s
 before it runs (I4) — when its seal does not open; when a leader sent it again (header `again`:
 a publish not acknowledged, a takeover's adoption, a lapsed lease); when it lies below the end
 its partition had when this worker was given the partition (a previous owner may have started
-it and died, or stopped past its session); or when it arrives so late after it was produced
-(`late_ms`) that the leader's lease may have lapsed and the run been sent again. Every other
-delivery starts without a write.
+it and died, or stopped past its session; the end is asked of the broker after the
+assignment, and until it answers every delivery of the partition is suspect); or when it
+arrives so late after it was produced (`late_ms`) that the leader's lease may have lapsed and
+the run been sent again. Every other delivery starts without a write.
 
 The consumer's rebalance callbacks run on its I/O thread: an assignment starts a partition's
-generation (its end is read after its first fetch, from the client's cache); a revocation hands
+generation (its end is read then, off that thread); a revocation hands
 the partitions to `release` (the worker marks the runs of those partitions it holds as running,
 then revokes their offsets), commits each partition's done position at once (its next owner
 starts there) and drops the deliveries of the partition still queued.
@@ -25,6 +26,7 @@ starts there) and drops the deliveries of the partition still queued.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +38,8 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from tickwheel import broken
 from tickwheel.domain import INSTANT_MAX_MS, INSTANT_MIN_MS, PRIORITIES
@@ -49,12 +53,16 @@ from tickwheel.workers.metrics import WorkerMetrics
 log = logging.getLogger("tickwheel.worker")
 
 FETCH_POLL_S = 0.05  # seconds one fetch waits for messages
+ENDS_RETRY_S = 1.0  # seconds before the ends are asked again after a failed or partial read
+READ_ENDS_TIMEOUT_S = 5.0  # seconds the broker has to answer a read of partitions' ends
 LAG_EVERY_S = 1.0  # seconds between per-partition lag reports (cached watermarks: cheap)
 
 # (partition, offset, generation, the message's bytes, why): a message for the DLQ.
 DeadLetterFn = Callable[[tuple[str, int], int, int, bytes, str], None]
 # Partitions taken away → each one's done position to commit (None: nothing done).
 ReleaseFn = Callable[[list[tuple[str, int]]], "dict[tuple[str, int], int | None]"]
+# Partitions → their end offsets as the broker has them now (those it answered for).
+ReadEndsFn = Callable[[list[tuple[str, int]]], "dict[tuple[str, int], int]"]
 
 
 class Fetcher:
@@ -72,16 +80,25 @@ class Fetcher:
         run_seal: RunSeal | None = None,
         late_ms: int | None = None,
         release: ReleaseFn | None = None,
+        read_ends: ReadEndsFn | None = None,
     ) -> None:
         """`late_ms`: a delivery produced this long ago is suspect (None: never for its age).
         `release`: what a revocation calls, on the consumer's thread (None: the partitions'
-        offsets are revoked, nothing else)."""
+        offsets are revoked, nothing else). `read_ends`: the end offsets of partitions, asked
+        of the broker (blocking; None: never read, every delivery stays suspect)."""
         self.late_ms = late_ms
         self.release = release
+        self.read_ends = read_ends
         # Per partition, the end offset it had when it was assigned: a delivery below it may
         # have been started by the previous owner (None: unknown, every delivery is suspect).
         self.assigned_end: dict[tuple[str, int], int | None] = {}
         self._ends_unknown: set[tuple[str, int]] = set()
+        # Per partition, which assignment it is in (an end read before a later assignment of the
+        # same partition is not its end), and the read of the ends under way.
+        self._assignment_of: dict[tuple[str, int], int] = {}
+        self._assignments = itertools.count()
+        self._ends_task: asyncio.Task[None] | None = None
+        self._ends_retry_at = 0.0
         self.topics = topics
         self.run_seal = run_seal
         self.level_of = {topics.runs(p): p for p in PRIORITIES}
@@ -114,9 +131,7 @@ class Fetcher:
         while not stop.is_set():
             messages = await self.source.batch()
             if self._ends_unknown:
-                # Partitions newly assigned: their ends as the fetch that brought these
-                # messages saw them (every delivery below is suspect).
-                await self.source.call(self._read_ends)
+                self._read_ends_soon()
             if messages:
                 self._receive(messages)
             if self._revoked:
@@ -215,34 +230,45 @@ class Fetcher:
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             key = (tp.topic, tp.partition)
-            # Unknown until the partition's first fetch (`_read_ends`): until then every
-            # delivery of it is suspect. (Asking the broker here, one partition at a time,
-            # held the consumer's thread ~0.1 s per partition: a rebalance's starts stopped
-            # for seconds.)
+            # Unknown until the broker answers (`_read`): until then every delivery of it is
+            # suspect. (Asking here, one partition at a time, held the consumer's thread ~0.1 s
+            # per partition: a rebalance's starts stopped for seconds.)
             self.assigned_end[key] = None
+            self._assignment_of[key] = next(self._assignments)
             self._ends_unknown.add(key)
             self.offsets.assign(key)
         self._assignment_changed = True
 
-    def _read_ends(self) -> None:
-        """The end of each newly assigned partition as its latest fetch saw it (librdkafka's
-        cached high watermark: no request), at or past its end when it was assigned: what lies
-        below may have been started by a previous owner. A partition not fetched yet stays
-        unknown."""
-        consumer = self.source.consumer
-        for key in list(self._ends_unknown):
-            if key not in self.assigned_end:  # revoked meanwhile
+    def _read_ends_soon(self) -> None:
+        """Ask the broker for the ends of the newly assigned partitions, off the fetch loop
+        and the consumer's thread, unless a read is under way (or failed within a second)."""
+        if self.read_ends is None or time.monotonic() < self._ends_retry_at:
+            return
+        if self._ends_task is not None and not self._ends_task.done():
+            return
+        asked = {key: self._assignment_of.get(key) for key in self._ends_unknown}
+        self._ends_task = asyncio.create_task(self._read(asked), name="read partition ends")
+
+    async def _read(self, asked: dict[tuple[str, int], int | None]) -> None:
+        """The ends of `asked`'s partitions, read after their assignment: at or past the end
+        each had when it was assigned, so every delivery a previous owner may have started
+        lies below (D-272). Not the client's cached high watermark: for a partition this
+        worker held before, that is the end it last fetched, which may lie below what the
+        previous owner ran since (a chaos round's worker kill ran 16 recorded runs again)."""
+        assert self.read_ends is not None
+        try:
+            ends = await asyncio.to_thread(self.read_ends, list(asked))
+        except Exception:  # the broker away: the deliveries stay suspect; asked again later
+            log.warning("reading the ends of %d partitions failed", len(asked), exc_info=True)
+            self._ends_retry_at = time.monotonic() + ENDS_RETRY_S
+            return
+        for key, end in ends.items():
+            # Still the assignment the read was asked for (else the next read decides).
+            if key in self.assigned_end and self._assignment_of.get(key) == asked.get(key):
+                self.assigned_end[key] = end
                 self._ends_unknown.discard(key)
-                continue
-            try:
-                _low, high = consumer.get_watermark_offsets(
-                    TopicPartition(key[0], key[1]), cached=True
-                )
-            except KafkaException:
-                continue
-            if high >= 0:
-                self.assigned_end[key] = high
-                self._ends_unknown.discard(key)
+        if self._ends_unknown.intersection(asked):
+            self._ends_retry_at = time.monotonic() + ENDS_RETRY_S
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Hand the partitions to `release`, then commit each one's done position now: its
@@ -282,3 +308,25 @@ class Fetcher:
         for labels in self._lag_labels - seen:
             self.metrics.lag.remove(*labels)
         self._lag_labels = seen
+
+
+def partition_ends(admin: AdminClient) -> ReadEndsFn:
+    """`read_ends` through `admin`: one request per broker for every partition asked, the
+    latest offset of each (those without an answer are left out)."""
+
+    def read(keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        if not keys:
+            return {}
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        asked = {TopicPartition(topic, part): latest for topic, part in keys}
+        ends: dict[tuple[str, int], int] = {}
+        for tp, answer in admin.list_offsets(asked, request_timeout=READ_ENDS_TIMEOUT_S).items():
+            try:
+                offset = answer.result().offset
+            except KafkaException:
+                continue
+            if offset >= 0:
+                ends[(tp.topic, tp.partition)] = offset
+        return ends
+
+    return read

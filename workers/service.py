@@ -119,7 +119,7 @@ from tickwheel.workers import handlers
 from tickwheel.workers.claiming import Claiming
 from tickwheel.workers.deliveries import Delivery, Queues, Unreadable
 from tickwheel.workers.execution import Execution, Outcome
-from tickwheel.workers.fetch import Fetcher
+from tickwheel.workers.fetch import Fetcher, partition_ends
 from tickwheel.workers.handlers import Context
 from tickwheel.workers.holdings import Holdings
 from tickwheel.workers.host_limits import HostLimit, HostLimiter, LimitPolicy
@@ -166,7 +166,7 @@ class Worker:
         """`run_seal`: the deployment's run seal (tickwheel/run_seal.py); None: no delivery
         counts as sealed, and every claim reads what to run from the job's row. `probe` (a
         consumer of the workers' group that never subscribes) and `admin`: the watch's own
-        clients of the broker."""
+        clients of the broker; `admin` also reads a newly assigned partition's end."""
         self.settings = settings
         self.worker_id = worker_id
         self.concurrency = concurrency or settings.worker_concurrency
@@ -225,6 +225,7 @@ class Worker:
             # lapsed and the run sent again: it takes a claim (a suspect delivery).
             late_ms=max(0, (settings.publish_lease_s - settings.lease_s) * 1000),
             release=self.holdings.release_from_consumer,
+            read_ends=partition_ends(admin),
         )
         self.source = self.fetcher.source
         self.recorder = Recorder(
