@@ -15,48 +15,43 @@ steps, this module the rest):
     LEADING ──rebalance / shutdown──► FOLLOWER        finish the batch in hand, clear the owner,
                                                       delete the shard node
 
-The claim/publish loop, per tick, for the entries `wheel.advance(now)` returns (now: the
-database's clock, `dbclock.py`), in batches of `claim_batch` drawn fairly between tenants
-(`fairness.py`) without sleeping in between:
+The claim/publish loop, for the entries `wheel.advance(now)` returns (now: the database's
+clock, `dbclock.py`), in batches drawn fairly between tenants (`fairness.py`), each taken when
+the process's claim combiner grants this leader a turn (`claims.py`, D-271):
 
-    1. plan (`plan.py`): misfire and overlap per job, the next `next_run_at` from the cache;
-    2. one transaction: the fence (`shard_fence`, FOR SHARE), in-flight counts if an overlap
-       policy needs them, then `claim_due`: one UPDATE of `jobs` matching each expected
-       `next_run_at` (I3) and one INSERT of the run rows (ON CONFLICT DO NOTHING), pending rows
-       with a publish lease; commit;
+    1. plan (`plan.py`): misfire and overlap per job, the next occurrence from the cache;
+    2. one statement, shared with the process's other leaders' claims and fenced per shard
+       (I2): `claim_due` reads each due job by its key and inserts the run rows of the jobs
+       still active at the version the wheel loaded (I3; ON CONFLICT DO NOTHING); the pending
+       rows carry a lease that covers publishing and running them (I4); the job's row is not
+       written: where its schedule stands is queued for `positions.py` (D-269);
     3. publish the envelopes of the pending rows and wait for the broker's acks (I1); runs
        the broker refused are kept and published again at the next sweep, same attempt.
-    The row is not written again after the ack: a worker's claim records `published_at` from
-    the record's timestamp (docs/DECISIONS.md D-134).
+    The row is not written again before the worker's result (D-268).
 
 Why a crash at any step loses nothing and runs nothing twice in effect:
-    - before 2 commits: nothing was written; the job's `next_run_at` is unchanged, so the next
-      leader (or this one after a restart) loads it as due and claims it, late, under the
-      job's misfire policy;
+    - before 2 commits: nothing was written; the next leader (or this one after a restart)
+      loads the job as due (its position derived from its runs, `horizon_jobs`) and claims
+      it, late, under the job's misfire policy;
     - after 2, before 3 (crash point `scheduler_after_claim`): the pending rows are the outbox;
       the next leader of the shard adopts them at its takeover (`outbox_adopt`: pending rows
-      of an earlier epoch) and publishes them with the same attempt;
+      of an earlier epoch) and publishes them with the same attempt and the header `again`;
     - after 3 (crash point `scheduler_after_publish`): the runs are on Kafka and still
-      `pending`; the next leader adopts and publishes them once more, and the worker's claim
-      `WHERE attempt = … AND status IN ('pending', 'published')` lets only one delivery run
-      (I4);
-    - the claim is keyed by the run key and matches the expected `next_run_at`, so repeating
-      it never creates a second row for one occurrence.
+      `pending`; the next leader adopts and publishes them once more with the header `again`,
+      and a worker claims such a copy before it runs it (`pending|published → running` at
+      the attempt), so only one delivery runs (I4);
+    - the claim is keyed by the run key, so repeating it never creates a second row for one
+      occurrence.
 
-The sweeper (every `sweep_interval_ms`, fenced like the claim) publishes again what lapsed:
-(a) the runs the broker refused earlier (kept in memory), the earlier epochs' pending runs
-until none is left when the previous leader did not step down cleanly (adoption, from the
-takeover on; a clean step-down clears the owner only with every publish acknowledged), and,
-as a safety net, pending runs of this epoch neither finished nor marked running when their
-publish lease (default 5 minutes) lapsed, sent again with the header `again` (D-268); (b) running
-runs whose worker lease lapsed: the next attempt, or `dead` plus a dead letter on the last one
-(the DLQ publish is acknowledged before that transaction commits, so a crash repeats it rather than
-losing it); (c) loads `retrying` runs into the wheel by `retry_at`, claimed when due with
-`retries_claim` (I6) — triggers and backfills are such runs at attempt 0, whose first claim
-applies the job's overlap policy (`plan_first_dispatch`: run, hold as the buffered run, or
-record skipped) — and the registry's NOTIFY `tickwheel_runs` (through the feed,
-`hint_retries`) has them loaded at once instead of at the next sweep; (d) releases runs
-buffered by overlap `buffer_one` (see `plan.py`).
+The wheel, what the leader knows of the jobs out of it, and the horizon's loading, extension
+and re-sync are `horizon.py` (`HorizonHolding`, a part of this class).
+
+The sweeper (`sweeper.py`, every `sweep_interval_ms`, fenced like the claim) publishes again
+what lapsed or was adopted, dead-letters runs whose worker lease lapsed on their last attempt,
+loads `retrying` runs into the wheel (claimed when due with `retries_claim`, I6; triggers and
+backfills are such runs at attempt 0, whose first claim applies the job's overlap policy,
+`plan_first_dispatch`; the registry's NOTIFY `tickwheel_runs`, through the feed and
+`hint_retries`, has them loaded at once) and releases runs buffered by overlap `buffer_one`.
 """
 
 from __future__ import annotations
@@ -69,33 +64,33 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any
 
 import asyncpg
 
 from tickwheel import db as dbmod
 from tickwheel.crash_points import crash_point
-from tickwheel.domain import JobStatus, OverlapPolicy, RunStatus, job_key, run_key
+from tickwheel.domain import OverlapPolicy, RunStatus
 from tickwheel.kafka import PublishError
-from tickwheel.maintenance import Upkeep
 from tickwheel.queries import QUERIES
 from tickwheel.schedule import REASON_OVERLAP, ScheduleCache
 from tickwheel.shards import store
 from tickwheel.shards.claims import ClaimCombiner
 from tickwheel.shards.dbclock import DbClock
 from tickwheel.shards.fairness import TenantQueue
+from tickwheel.shards.horizon import HorizonHolding, retry_key
 from tickwheel.shards.metrics import SchedulerMetrics, observe_many
 from tickwheel.shards.outbox import Outbox
 from tickwheel.shards.plan import (
     NO_NEXT_MS,
     JobEntry,
     RetryEntry,
-    next_fire,
     plan_claims,
     plan_first_dispatch,
 )
 from tickwheel.shards.positions import Position, Positions
 from tickwheel.shards.store import Dispatch, FencedOut, Lease
+from tickwheel.shards.sweeper import Sweeper
 from tickwheel.shards.window import DispatchWindow
 from tickwheel.wheel import TimingWheel
 
@@ -106,7 +101,6 @@ WHEEL_SIZE = 256
 RETRY_BACKOFF_S = 1.0  # seconds a leader waits after a failed database round trip
 # Publishes of runs that may have gone out before: a worker claims them before it runs them.
 SENT_AGAIN = frozenset({"unacked", "adopted", "republish"})
-_NOTHING_KNOWN = (0, -1)  # below every (version, next_run_at) a job can have
 UNBLOCK_CONNECT_TIMEOUT_S = 10.0  # seconds to open (and close) the connection that ends blockers
 # A periodic step (sweep, re-sync) that fails so is logged and tried again at its next turn.
 STEP_ERRORS: tuple[type[BaseException], ...] = (*store.DB_ERRORS, PublishError)
@@ -163,7 +157,7 @@ class Shared:
         self.positions = Positions(self.pool)
 
 
-class ShardLeader:
+class ShardLeader(HorizonHolding):
     """Leads one shard from takeover until it is stopped, loses its session or is fenced out."""
 
     def __init__(self, shard: int, shared: Shared) -> None:
@@ -193,12 +187,10 @@ class ShardLeader:
         self.dispatching = asyncio.Event()  # cleared while ZooKeeper is SUSPENDED
         self.dispatching.set()
         self._stopping = False
-        self._maybe_buffered = True
         self._retries_hinted = False  # a trigger or backfill was written: load retries now
-        self._upkeep = Upkeep()  # partitions and retention, run by shard 0's leader
         self.feed_since: str | None = None  # feed position read at takeover
         self._unacked: list[Dispatch] = []  # committed runs the broker refused: publish again
-        self._adopting = False  # pending rows of an unclean predecessor remain (takeover)
+        self.sweeper = Sweeper(shard, shared.pool, shared.outbox, shared.config.retention_days)
 
     # --- control, from the election (same event loop) -------------------------------------
 
@@ -235,7 +227,7 @@ class ShardLeader:
                 self.lease = await store.take_over(
                     conn, self.shard, self.s.owner, self._end_blockers
                 )
-                self._adopting = self.lease.adopt
+                self.sweeper.adopting = self.lease.adopt
                 await self.s.clock.sync(conn)
                 self.wheel = TimingWheel(WHEEL_TICK_MS, WHEEL_SIZE, self.s.clock.now_ms())
                 self.feed_since = await conn.fetchval(QUERIES["feed_position"])
@@ -333,134 +325,6 @@ class ShardLeader:
             log.warning("shard step failed; retrying", extra={"shard": self.shard}, exc_info=True)
             await asyncio.sleep(RETRY_BACKOFF_S)
 
-    # --- the wheel ------------------------------------------------------------------------
-
-    async def _load(self, conn: store.Conn) -> None:
-        """Load the horizon at takeover: active jobs and retrying runs due before now +
-        horizon."""
-        until = await self._move_end(conn)
-        jobs, retries = await store.horizon(conn, self.shard, until)
-        derived: list[Position] = []
-        for entry, claimed_through in jobs:
-            next_ms = entry.next_ms
-            if claimed_through is not None:
-                # A predecessor claimed up to there and its position was not written yet
-                # (D-269): go on from the occurrence after it, and write where it stands.
-                following = next_fire(self.s.cache, entry, claimed_through)
-                next_ms = NO_NEXT_MS if following is None else following
-                derived.append((entry.tenant, entry.job_id, entry.version, following))
-            self._offer(entry.key, entry.version, next_ms, entry)
-        if derived:
-            self.s.positions.claimed(derived, self.horizon_end_ms)
-        self._wheel_retries(retries)
-
-    async def _move_end(self, conn: store.Conn) -> int:
-        """Move the horizon's end to now + horizon (never back) before a whole-horizon read: a
-        row the change feed applies while the read is in flight (newer than the read's
-        snapshot) then lands in the wheel, not in `known` for good; between the two rows of one
-        job, versions decide (`_offer`)."""
-        await self.s.clock.sync(conn)
-        self.horizon_end_ms = max(self.horizon_end_ms, self.s.clock.now_ms() + self.cfg.horizon_ms)
-        return self.horizon_end_ms
-
-    def _wheel_retries(self, retries: Sequence[RetryEntry]) -> None:
-        for retry in retries:
-            self.wheel.schedule(_retry_key(retry), retry.retry_ms, retry)
-
-    async def _resync(self) -> None:
-        """The safety net (every `resync_ms`): the whole horizon checked against the database.
-        Only each job's (version, next_run_at) is read; the jobs whose pair the wheel does not
-        hold are then read in full and offered as the change feed's rows are — what a reload
-        of every row would have changed, without decoding the jobs it would not."""
-        async with self.s.pool.acquire() as conn:
-            until = await self._move_end(conn)
-            pairs, retries = await store.horizon_versions(conn, self.shard, until)
-            missing = self._not_held(pairs)
-            rows = await store.jobs_by_keys(conn, missing) if missing else []
-        for row in rows:
-            self.apply_job_row(row)
-        self._wheel_retries(retries)
-
-    def _not_held(self, pairs: Sequence[asyncpg.Record]) -> list[tuple[str, str]]:
-        """The jobs (tenant, job_id) of `pairs` — rows (tenant, job_id, version, next_run_at)
-        — that `_offer` would act on: those not in the wheel at their pair or a newer one, nor
-        known at a newer one. A pair only equal to the one `known` keeps is offered again, as
-        a reload would: it is the occurrence a claim has not moved on yet (a claim that did not
-        happen, or whose job's row a registry held) or one that was beyond the horizon."""
-        return [
-            (tenant, job_id)
-            for tenant, job_id, version, next_ms in pairs
-            if self._would_act(job_key(tenant, job_id), (version, next_ms))
-        ]
-
-    def _would_act(self, key: str, state: tuple[int, int]) -> bool:
-        """Whether `_offer` acts on a job's (version, next_run_at): not when this leader holds
-        a newer pair, nor when its wheel holds an entry at this very pair (the change feed
-        repeats rows across polls; the entry it has is that row's)."""
-        held, in_wheel = self._pair_held(key)
-        return state > held if in_wheel else state >= held
-
-    def _pair_held(self, key: str) -> tuple[tuple[int, int], bool]:
-        """The (version, next_run_at) this leader holds for a job, and whether it is a wheel
-        entry's: the entry's pair, else the pair `known` keeps, else one below every job's."""
-        pending = self.wheel.get(key)
-        if type(pending) is JobEntry:
-            return (pending.version, pending.next_ms), True
-        return self.known.get(key, _NOTHING_KNOWN), False
-
-    async def _extend(self) -> None:
-        """Move the horizon's end to now + horizon, loading only the jobs due in the slice of
-        time it newly covers. Every job due before the old end is in the wheel already (loaded,
-        offered by its claim, or by the change feed), so the steady cost is each job read once
-        as it comes within the horizon, not the whole horizon per reload."""
-        start = self.horizon_end_ms
-        until = self.s.clock.now_ms() + self.cfg.horizon_ms
-        if until <= start:
-            return
-        self.horizon_end_ms = until  # before the read, as in `_load`
-        # Positions claimed beyond the old end must be in the rows the slice reads (D-269).
-        await self.s.positions.flush_before(until)
-        async with self.s.pool.acquire() as conn:
-            entries = await store.horizon_slice(conn, self.shard, start, until)
-        for entry in entries:
-            self._offer(entry.key, entry.version, entry.next_ms, entry)
-        if entries:
-            self.wake.set()
-
-    def apply_job_row(self, row: asyncpg.Record) -> None:
-        """A job row from the change feed or a refresh: schedule or cancel its wheel entry."""
-        next_ms = row["next_run_at"]
-        if row["status"] == JobStatus.ACTIVE and next_ms is not None:
-            # The wheel keeps the entry's own key: a second string per loaded job was ~80 of
-            # its bytes (docs/BENCHMARKS.md, *Memory of a loaded job*).
-            entry = store.entry_of(row)
-            self._offer(entry.key, entry.version, next_ms, entry)
-        else:
-            self._offer(job_key(row["tenant"], row["job_id"]), row["version"], NO_NEXT_MS, None)
-        self.wake.set()
-
-    def _offer(self, key: str, version: int, next_ms: int, entry: JobEntry | None) -> None:
-        state = (version, next_ms)
-        if not self._would_act(key, state):
-            return
-        if entry is not None and next_ms < self.horizon_end_ms:
-            entry.next_ms = next_ms
-            self.wheel.schedule(key, next_ms, entry)
-            self.known.pop(key, None)
-        else:
-            self.wheel.cancel(key)
-            self.known[key] = state
-
-    def _advance(self, now: int) -> list[tuple[str, int, JobEntry | RetryEntry | None]]:
-        """The wheel's due entries; the jobs among them leave the wheel, so `known` keeps their
-        pair until their claim offers the next one."""
-        due = self.wheel.advance(now)
-        known = self.known
-        for key, _, value in due:
-            if type(value) is JobEntry:
-                known[key] = (value.version, value.next_ms)
-        return due
-
     async def _end_blockers(self, waiting_pid: int) -> None:
         """The takeover still waits for the shard's row: end the replaced leader's sessions
         that hold it (frozen mid-statement, out of reach of the idle-in-transaction timeout)."""
@@ -515,7 +379,7 @@ class ShardLeader:
                 now = self.s.clock.now_ms()
                 held_keys = self._held_keys
                 for v in batch:
-                    held_keys.discard(v.key if isinstance(v, JobEntry) else _retry_key(v))
+                    held_keys.discard(v.key if isinstance(v, JobEntry) else retry_key(v))
                 self.s.window.reserve(v.tenant for v in batch)  # settled by each claim
                 jobs = [v for v in batch if isinstance(v, JobEntry)]
                 retries = [v for v in batch if isinstance(v, RetryEntry)]
@@ -601,7 +465,7 @@ class ShardLeader:
             status == RunStatus.PENDING and not leased
             for status, leased in zip(batch.run_status, batch.run_leased, strict=True)
         ):
-            self._maybe_buffered = True
+            self.sweeper.maybe_buffered = True
         await self._publish(claimed.runs, "first")
 
     async def _claim_retries(self, chunk: Sequence[RetryEntry]) -> None:
@@ -634,12 +498,12 @@ class ShardLeader:
         except store.DB_ERRORS:
             log.warning("retry claim failed", extra={"shard": self.shard}, exc_info=True)
             for retry in chunk:
-                self.wheel.schedule(_retry_key(retry), retry.retry_ms, retry)
+                self.wheel.schedule(retry_key(retry), retry.retry_ms, retry)
             self.s.window.settle((r.tenant for r in chunk), ())
             await asyncio.sleep(RETRY_BACKOFF_S)
             return
         if held:
-            self._maybe_buffered = True
+            self.sweeper.maybe_buffered = True
         self.s.window.settle((r.tenant for r in chunk), (r.tenant for r in runs))
         await self._publish(runs, "retry")
 
@@ -666,71 +530,39 @@ class ShardLeader:
     # --- the sweeper ----------------------------------------------------------------------
 
     async def _sweep(self) -> None:
+        """The sweeper's turn (`sweeper.py`): what it found is published, with what the broker
+        refused since the last sweep."""
         assert self.lease is not None
-        lease_ms = self.cfg.publish_lease_ms
-        adopted: list[Dispatch] = []
-        again: list[Dispatch] = []
-        requeued: list[Dispatch] = []
-        dead: list[store.Dead] = []
-        async with self.s.pool.acquire() as conn:
-            await self._schedule_retries(conn)
-            # A lease that lapses just after this check is found by the next sweep.
-            if self._adopting or await store.has_lapsed(conn, self.shard):
-                async with store.fenced(conn, self.lease):
-                    if self._adopting:
-                        adopted = await store.adopt(conn, self.lease, lease_ms)
-                        # Runs a worker held were skipped: adopt again at the next sweep
-                        # while one is still pending (its claim may have failed).
-                        full = len(adopted) >= store.SWEEP_LIMIT
-                        self._adopting = full or await store.has_unadopted(conn, self.lease)
-                    again = await store.sweep_republish(conn, self.lease, lease_ms)
-                    requeued = await store.sweep_requeue_running(conn, self.lease, lease_ms)
-                async with store.fenced(conn, self.lease):
-                    dead = await store.sweep_dead_running(conn, self.lease)
-                    # Acked before commit: a crash here repeats the dead letter, never loses it.
-                    await self.s.outbox.publish_dead(dead)
-            for d in dead:  # rare (a worker lost on a last attempt): one line per run
-                log.warning(
-                    "run dead: its worker's lease lapsed on the last attempt",
-                    extra={
-                        "shard": self.shard,
-                        "run_key": run_key(d.run.tenant, d.run.job_id, d.run.scheduled_ms),
-                        "error": d.error,
-                    },
-                )
-            released: list[Dispatch] = []
-            if self._maybe_buffered:
-                async with store.fenced(conn, self.lease):
-                    released = await store.release_buffered(conn, self.lease, lease_ms)
-                self._maybe_buffered = await store.has_buffered(conn, self.shard)
-            if self.shard == 0:
-                created, report = await self._upkeep.run_due(
-                    cast(asyncpg.Connection, conn), self.s.config.retention_days
-                )
-                if created is not None:
-                    log.info("job_runs partitions ensured", extra={"partitions_created": created})
-                if report is not None:
-                    log.info("retention applied", extra={"gc": report.to_json()})
+        swept = await self.sweeper.sweep(
+            self.lease, self.cfg.publish_lease_ms, self._schedule_retries
+        )
         unacked, self._unacked = self._unacked, []  # a refusal again puts them back
-        if unacked or adopted or again or requeued or dead or released:
+        if (
+            unacked
+            or swept.adopted
+            or swept.republish
+            or swept.requeue
+            or swept.dead
+            or (swept.buffered)
+        ):
             log.info(
                 "sweep",
                 extra={
                     "shard": self.shard,
                     "unacked": len(unacked),
-                    "adopted": len(adopted),
-                    "republished": len(again),
-                    "requeued": len(requeued),
-                    "dead": len(dead),
-                    "released": len(released),
+                    "adopted": len(swept.adopted),
+                    "republished": len(swept.republish),
+                    "requeued": len(swept.requeue),
+                    "dead": swept.dead,
+                    "released": len(swept.buffered),
                 },
             )
-        self.s.metrics.dead.inc(len(dead))
+        self.s.metrics.dead.inc(swept.dead)
         await self._publish(unacked, "unacked")
-        await self._publish(adopted, "adopted")
-        await self._publish(again, "republish")
-        await self._publish(requeued, "requeue")
-        await self._publish(released, "buffered")
+        await self._publish(swept.adopted, "adopted")
+        await self._publish(swept.republish, "republish")
+        await self._publish(swept.requeue, "requeue")
+        await self._publish(swept.buffered, "buffered")
 
     async def _schedule_retries(self, conn: store.Conn) -> None:
         """Sweeper (c): the shard's retrying runs due within the horizon go into the wheel."""
@@ -759,7 +591,3 @@ class ShardLeader:
         except store.DB_ERRORS:
             log.warning("could not clear the shard owner", extra={"shard": self.shard})
         self.s.metrics.leadership.labels("released").inc()
-
-
-def _retry_key(retry: RetryEntry) -> str:
-    return run_key(retry.tenant, retry.job_id, retry.scheduled_ms)
