@@ -246,7 +246,8 @@ class Fetcher:
             return
         if self._ends_task is not None and not self._ends_task.done():
             return
-        asked = {key: self._assignment_of.get(key) for key in self._ends_unknown}
+        # A snapshot: the consumer's thread adds to the set (list() copies it at once).
+        asked = {key: self._assignment_of.get(key) for key in list(self._ends_unknown)}
         self._ends_task = asyncio.create_task(self._read(asked), name="read partition ends")
 
     async def _read(self, asked: dict[tuple[str, int], int | None]) -> None:
@@ -276,6 +277,7 @@ class Fetcher:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         for key in keys:
             self.assigned_end.pop(key, None)
+            self._ends_unknown.discard(key)
         if self.release is not None:
             positions = self.release(keys)
         else:

@@ -116,3 +116,13 @@ async def test_a_failed_read_leaves_the_partition_suspect_and_is_asked_again() -
     broker.fail = False
     await _read(fetcher)
     assert fetcher.assigned_end[TP] == 30
+
+
+async def test_a_partition_revoked_before_its_answer_is_not_asked_for_again() -> None:
+    broker = Broker(end=30)
+    broker.fail = True
+    fetcher = _fetcher(broker)
+    _assign(fetcher)
+    await _read(fetcher)
+    fetcher._on_revoke(None, [TopicPartition(*TP)])  # type: ignore[arg-type]
+    assert not fetcher._ends_unknown and TP not in fetcher.assigned_end
