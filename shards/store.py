@@ -10,6 +10,7 @@ a leader's most frequent write, is one statement that fences itself the same way
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -185,6 +186,15 @@ async def _fence(conn: Conn, lease: Lease) -> tuple[int, str | None]:
     return lease.epoch, lease.owner
 
 
+async def _versions_now(conn: Conn, batch: ClaimBatch) -> ClaimBatch:
+    """The broken build `claim_ignores_version` only: `batch` at the versions its jobs' rows
+    hold now, so that the claim matches an edited job's stale entry."""
+    keys = list(zip(batch.tenants, batch.job_ids, strict=True))
+    now = {(r["tenant"], r["job_id"]): r["version"] for r in await jobs_by_keys(conn, keys)}
+    versions = [now.get(key, v) for key, v in zip(keys, batch.versions, strict=True)]
+    return dataclasses.replace(batch, versions=versions)
+
+
 async def horizon(
     conn: Conn, shard: int, until_ms: int
 ) -> tuple[list[tuple[JobEntry, int | None]], list[RetryEntry]]:
@@ -272,6 +282,8 @@ async def claim_many(
     fenced by itself, so a leader fenced out gets FencedOut (nothing of its batch written)
     while the others' claims commit. One outcome per claim, in order."""
     fences = [await _fence(conn, lease) for lease, _ in claims]
+    if broken.on(broken.CLAIM_IGNORES_VERSION):
+        claims = [(lease, await _versions_now(conn, batch)) for lease, batch in claims]
     rows = await conn.fetch(QUERIES["claim_due"], *claim_params(claims, fences, lease_ms))
     # By position, in claim_due's column order (tenant, job_id, scheduled_at, priority,
     # handler, target, payload, timeout_ms, shard): a leader reads every row of a hot second.

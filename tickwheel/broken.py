@@ -34,6 +34,11 @@ empty set. Nothing here imports anything of tickwheel, so any module may hold a 
     release_unmarked        workers/holdings.py `_release`        partitions taken away are let
                                                                   go without marking the runs
                                                                   in hand `running` (I4)
+    claim_ignores_version   shards/store.py `claim_many`          a leader's claim matches each
+                                                                  job at whatever version its
+                                                                  row holds now, not the one its
+                                                                  wheel loaded: an edited job's
+                                                                  stale entry is claimed (I3)
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ DST_OVERLAP_IGNORED = "dst_overlap_ignored"
 CLAIM_IGNORES_LEASE = "claim_ignores_lease"
 SUSPECT_IGNORED = "suspect_ignored"
 RELEASE_UNMARKED = "release_unmarked"
+CLAIM_IGNORES_VERSION = "claim_ignores_version"
 VARIANTS = frozenset(
     {
         EPOCH_FENCE,
@@ -55,6 +61,7 @@ VARIANTS = frozenset(
         CLAIM_IGNORES_LEASE,
         SUSPECT_IGNORED,
         RELEASE_UNMARKED,
+        CLAIM_IGNORES_VERSION,
     }
 )
 # A variant whose hook swaps a query: the name of the broken twin in the same .sql file.

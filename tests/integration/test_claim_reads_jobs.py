@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from tickwheel import broken
 from tickwheel.clock import format_ms, now_ms
 from tickwheel.schedule import ScheduleCache
 from tickwheel.sharding import shard_of
@@ -97,6 +98,24 @@ async def test_a_claim_at_a_version_the_job_no_longer_has_finds_nothing(
     )
     assert claimed.jobs == set() and claimed.runs == []
     assert await sched.runs("edited") == []
+
+
+async def test_the_broken_build_claim_ignores_version_claims_an_edited_jobs_stale_entry(
+    sched: SchedEnv, conn: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same edit under the broken build `claim_ignores_version` (tickwheel/broken.py): the
+    stale entry is claimed and a run inserted, which the test above forbids (I3)."""
+    monkeypatch.setattr(broken, "_ARMED", frozenset({broken.CLAIM_IGNORES_VERSION}))
+    at = now_ms() - 1000
+    await sched.register({"id": "edited", "at": format_ms(at), "handler": "demo.echo"})
+    lease, entry, _ = await _loaded(conn, sched, "edited")
+    await sched.register({"id": "edited", "at": format_ms(at), "handler": "demo.echo",
+                          "payload": {"v": 2}})  # fmt: skip
+    claimed = await store.claim(
+        conn, lease, 30_000, plan_claims([entry], now_ms(), ScheduleCache())
+    )
+    assert claimed.jobs == {(sched.tenant, "edited")}
+    assert len(await sched.runs("edited")) == 1
 
 
 async def test_a_repeated_claim_of_an_instant_finds_the_job_and_inserts_nothing(

@@ -23,6 +23,7 @@ HOMES = {
     broken.CLAIM_IGNORES_LEASE: "workers/store.py",
     broken.SUSPECT_IGNORED: "workers/fetch.py",
     broken.RELEASE_UNMARKED: "workers/holdings.py",
+    broken.CLAIM_IGNORES_VERSION: "shards/store.py",
 }
 CONSTANTS = {
     broken.EPOCH_FENCE: "EPOCH_FENCE",
@@ -31,6 +32,7 @@ CONSTANTS = {
     broken.CLAIM_IGNORES_LEASE: "CLAIM_IGNORES_LEASE",
     broken.SUSPECT_IGNORED: "SUSPECT_IGNORED",
     broken.RELEASE_UNMARKED: "RELEASE_UNMARKED",
+    broken.CLAIM_IGNORES_VERSION: "CLAIM_IGNORES_VERSION",
 }
 
 
