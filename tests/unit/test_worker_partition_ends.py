@@ -103,13 +103,18 @@ async def test_an_answer_for_an_earlier_assignment_of_the_partition_is_not_its_e
     assert fetcher.assigned_end[TP] == 80
 
 
-async def test_a_failed_read_leaves_the_partition_suspect_and_is_asked_again() -> None:
+async def _after_a_failed_read() -> tuple[Broker, Fetcher]:
     broker = Broker(end=30)
     broker.fail = True
     fetcher = _fetcher(broker)
     _assign(fetcher)
     await _read(fetcher)
     assert fetcher.assigned_end[TP] is None
+    return broker, fetcher
+
+
+async def test_a_failed_read_leaves_the_partition_suspect_and_is_asked_again() -> None:
+    broker, fetcher = await _after_a_failed_read()
     fetcher._read_ends_soon()  # within the retry pause: not asked again yet
     assert len(broker.asked) == 1
     fetcher._ends_retry_at = 0.0
@@ -119,10 +124,6 @@ async def test_a_failed_read_leaves_the_partition_suspect_and_is_asked_again() -
 
 
 async def test_a_partition_revoked_before_its_answer_is_not_asked_for_again() -> None:
-    broker = Broker(end=30)
-    broker.fail = True
-    fetcher = _fetcher(broker)
-    _assign(fetcher)
-    await _read(fetcher)
+    _, fetcher = await _after_a_failed_read()
     fetcher._on_revoke(None, [TopicPartition(*TP)])  # type: ignore[arg-type]
     assert not fetcher._ends_unknown and TP not in fetcher.assigned_end
