@@ -27,6 +27,13 @@ pytestmark = [
 ]
 
 LONG_BURST_MS = 2000  # burst runs hold their slot this long, so a fault finds them in flight
+# A burst-phase `rebalance` round whose worker joins 485 ms after T0, while every burst run is
+# in hand. (The first burst-phase seed, 1, joins 46 ms before T0: the rebalance raced the
+# burst's first fetch, and once moved nothing in flight, so the broken build went uncaught.)
+REBALANCE_SEED = 4
+# Its runs hold their slot past the rebalance (~3 s with the range assignor), so the new owner
+# of a moved partition finds them still running under the first worker.
+REBALANCE_BURST_MS = 5000
 
 
 @pytest.fixture(scope="module")
@@ -103,15 +110,21 @@ def test_a_claim_that_ignores_the_lease_is_caught_running_a_run_twice(
     taken away — and runs each a second time under the same attempt while the first worker
     lives on (unexplained re-executions > 0; one result per attempt lands, so no duplicate
     success, D-268)"""
-    report = _one_round(private_stack, broken.CLAIM_IGNORES_LEASE, "rebalance", LONG_BURST_MS)
+    report = _one_round(
+        private_stack, broken.CLAIM_IGNORES_LEASE, "rebalance", REBALANCE_BURST_MS, REBALANCE_SEED
+    )
+    assert report["detail"][0]["fault_offset_ms"] > 0  # the premise: runs in hand at the join
     assert report["unexplained_reexecutions"] > 0, report["detail"]
 
 
 def test_the_same_rounds_of_the_correct_build_find_nothing(private_stack: Deployment) -> None:
     """the control: the split-brain and long-burst rebalance rounds without a broken variant
     keep every verdict at 0, so the catches above are the variants' doing"""
-    for kind, sleep_ms in (("split_brain", 100), ("rebalance", LONG_BURST_MS)):
-        report = _one_round(private_stack, None, kind, sleep_ms)
+    for kind, sleep_ms, seed in (
+        ("split_brain", 100, None),
+        ("rebalance", REBALANCE_BURST_MS, REBALANCE_SEED),
+    ):
+        report = _one_round(private_stack, None, kind, sleep_ms, seed)
         found = {v: report[v] for v in VERDICTS if report[v]}
         assert found == {}, (kind, report["detail"])
 
