@@ -468,6 +468,100 @@ def tenants(
         click.echo(f"plot: {fleet.plot_path}", err=True)
 
 
+@bench.command("peers")
+@click.option("--jobs", type=click.IntRange(1, 10_000_000), default=DEFAULT_JOBS, show_default=True)
+@click.option(
+    "--peer",
+    "peer_names",
+    type=click.Choice(["graphile", "river"]),
+    multiple=True,
+    help="A peer to run (repeatable; default: both).",
+)
+@click.option("--no-tickwheel", is_flag=True, help="Run the peers only: no floor, no tickwheel.")
+@click.option(
+    "--lead-s",
+    type=click.FloatRange(1, 7200),
+    default=None,
+    help="Seconds from adding the jobs to T0 (default: estimated from --jobs).",
+)
+@click.option(
+    "--timeout-s",
+    type=click.FloatRange(1, 7200),
+    default=600,
+    show_default=True,
+    help="Give up on a peer this long after T0.",
+)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@click.option("--log-dir", type=click.Path(path_type=Path), default=None)
+def peers(
+    jobs: int,
+    peer_names: tuple[str, ...],
+    no_tickwheel: bool,
+    lead_s: float | None,
+    timeout_s: float,
+    json_path: Path | None,
+    log_dir: Path | None,
+) -> None:
+    """The hot second beside what users would pick instead: the floor and tickwheel (as
+    `hot-second --baseline floor`), then graphile-worker and River, back to back, on the same
+    N no-op jobs due at T0 with two worker processes each. One line per system.
+
+    graphile-worker needs Node and npm, River needs Go, only when they run: a peer whose tools
+    are missing is left out with a line saying so."""
+    from importlib.metadata import version
+
+    from tickwheel.bench.peers.harness import (
+        comparison_table,
+        floor_figures,
+        run_peer,
+        tickwheel_figures,
+    )
+    from tickwheel.bench.peers.systems import PEERS, PeerError
+    from tickwheel.bench.report import burst_json, machine
+
+    s = settings()
+    chosen = [PEERS[name] for name in peer_names or sorted(PEERS)]
+    runnable = []
+    for peer in chosen:
+        missing = peer.missing_tools()
+        if missing:
+            click.echo(f"{peer.name}: not run, {', '.join(missing)} not found on PATH")
+        else:
+            runnable.append(peer)
+    fleet = FleetOptions(
+        shards=None, schedulers=1, workers=2, concurrency=None, handler_text="noop",
+        registration="bulk", partitions=None, lead_s=lead_s, json_path=None, plot_path=None,
+        log_dir=log_dir,
+    )  # fmt: skip
+    say = functools.partial(click.echo, err=True)
+
+    async def go() -> list[Any]:
+        rows = []
+        if not no_tickwheel:
+            cfg = fleet.config(s, jobs, 0)
+            floor = await _floor(s, cfg)
+            summary, meta = _summary(await _burst(s, cfg))
+            burst = burst_json(summary, None, meta, floor.to_json())
+            rows += [
+                floor_figures(floor.to_json()),
+                tickwheel_figures(burst, version("tickwheel"), "default settings, 2 workers"),
+            ]
+        for peer in runnable:
+            folder = log_dir / peer.folder if log_dir else None
+            rows.append(await run_peer(peer, s.effective_dsn, jobs, lead_s, timeout_s, folder, say))
+        return rows
+
+    if no_tickwheel and not runnable:
+        fail("nothing to measure: no peer can run here, and --no-tickwheel")
+    try:
+        rows = _run(go())
+    except PeerError as exc:
+        fail(str(exc))
+    click.echo(comparison_table(rows))
+    systems = [row.to_json() for row in rows]
+    _write_json(json_path, {"command": _command_line(), "systems": systems, "machine": machine()})
+
+
 @bench.command("floor-claimer", hidden=True)
 @click.option("--start-at-ms", type=int, required=True)
 @click.option("--topic", required=True)
