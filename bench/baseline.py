@@ -36,8 +36,9 @@ from tickwheel.bench.scratch import Scratch
 from tickwheel.bench.supervisor import Supervisor, SupervisorError
 from tickwheel.clock import ms_to_datetime, now_ms
 from tickwheel.domain import run_key
-from tickwheel.envelopes import RunEnvelope
-from tickwheel.kafka import Outgoing, PublishError, producer, publish_confirmed
+from tickwheel.envelopes.run import RunEnvelope
+from tickwheel.kafka.clients import producer
+from tickwheel.kafka.producing import Outgoing, PublishError, publish_confirmed
 from tickwheel.queries import QUERIES
 from tickwheel.topics import Topics
 

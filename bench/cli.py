@@ -484,13 +484,7 @@ def tenants(
     default=None,
     help="Seconds from adding the jobs to T0 (default: estimated from --jobs).",
 )
-@click.option(
-    "--timeout-s",
-    type=click.FloatRange(1, 7200),
-    default=600,
-    show_default=True,
-    help="Give up on a peer this long after T0.",
-)
+@click.option("--timeout-s", type=click.FloatRange(1, 7200), default=600, show_default=True)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
 @click.option("--log-dir", type=click.Path(path_type=Path), default=None)
 def peers(
@@ -502,12 +496,9 @@ def peers(
     json_path: Path | None,
     log_dir: Path | None,
 ) -> None:
-    """The hot second beside what users would pick instead: the floor and tickwheel (as
-    `hot-second --baseline floor`), then graphile-worker and River, back to back, on the same
-    N no-op jobs due at T0 with two worker processes each. One line per system.
-
-    graphile-worker needs Node and npm, River needs Go, only when they run: a peer whose tools
-    are missing is left out with a line saying so."""
+    """The floor and tickwheel (as `hot-second --baseline floor`), then graphile-worker and
+    River, back to back on the same hot second, two worker processes each: one line per system.
+    A peer whose tools (Node and npm; Go) are missing is left out with a line saying so."""
     from importlib.metadata import version
 
     from tickwheel.bench.peers.harness import (

@@ -51,7 +51,7 @@ from tickwheel.bench.supervisor import (
 from tickwheel.clock import ms_to_datetime, now_ms
 from tickwheel.db import KEYED_LOOKUPS
 from tickwheel.domain import run_key
-from tickwheel.kafka import consumer, producer
+from tickwheel.kafka.clients import consumer, producer
 from tickwheel.queries import QUERIES
 
 CLAIM_BATCH = 5000  # due jobs per claim statement

@@ -23,8 +23,8 @@ from tickwheel.bench.scratch import TENANT, Scratch
 from tickwheel.bench.supervisor import Supervisor, free_port
 from tickwheel.clock import format_ms
 from tickwheel.domain import run_key
-from tickwheel.envelopes import Registration
-from tickwheel.kafka import producer
+from tickwheel.envelopes.registrations import Registration
+from tickwheel.kafka.clients import producer
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import Limits, parse_document, validate_job
 from tickwheel.registry_api.state import Op

@@ -17,7 +17,7 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TopicPartition
 
 from tickwheel.bench.analysis import RunRecord
 from tickwheel.domain import PRIORITIES, run_key
-from tickwheel.kafka import consumer
+from tickwheel.kafka.clients import consumer
 from tickwheel.queries import QUERIES
 from tickwheel.topics import Topics
 

@@ -23,7 +23,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from tickwheel.domain import PRIORITIES
-from tickwheel.kafka import admin_client
+from tickwheel.kafka.clients import admin_client
 from tickwheel.queries import QUERIES
 from tickwheel.testing import migrate, scratch_database_async, unique_topics
 from tickwheel.topics import Topics

@@ -4,39 +4,31 @@ One loop iteration handles one batch (up to `intake_batch` messages) in this ord
 what makes a crash at any point lose nothing and apply nothing twice in effect (I5, I7):
 
     1. decode and validate every message; a bad one becomes a rejection, a good one an `Op`
-       carrying its source (partition, offset);
+       carrying its source (partition, offset) (admission.py: signatures, tenants, the job
+       document, replays);
     2. apply all ops in one database transaction (store.apply): per-job order is the topic's
        order, and a job remembers the position of the last message applied to it, so a
        redelivered message is a no-op (`replay`);
     3. publish the rejections (including ops the database refused: unknown job, conflict, a
        stale version) and wait until the broker has acknowledged every one;
     4. only then store the batch's offsets; the consumer commits stored offsets in the
-       background (tickwheel/kafka.py), never per message synchronously.
+       background (tickwheel/kafka/consuming.py), never per message synchronously.
 
 A crash before 4 redelivers the batch: step 2 is then a no-op for what was applied, and step 3
 may publish a rejection again (the rejected topic is at-least-once; its `source` position
 identifies duplicates). A database or broker that is unavailable makes the loop seek back to
 the batch's first offsets and retry with backoff, so nothing is skipped.
 
-A registration is signed with a key of its tenant (tickwheel/signatures.py): a signed one is
-applied only if the signature verifies under an active key of the tenant it names, for this
-topic; with `intake_require_signature` (the default) an unsigned one is rejected, and so is
-one signed in form 1 (the value alone, which can be replayed). A tenant's quotas are decided
+Step 1 writes no job, but it ends by remembering the batch's signed message ids with their
+positions (`RegistryStore.remember_message_ids`), to refuse replays (admission.py). A
+redelivery has its own position and goes on as before; a crash after the ids were remembered
+redelivers the batch at the same positions, so nothing is lost. A tenant's quotas are decided
 in step 2, inside the batch's transaction (store.py, quotas.py): an op over one is rejected
 in step 3 like any op the database side refuses, naming the quota.
 
-The keys are read by their prefixes once per batch (cached `KEY_CACHE_TTL_S`, the HTTP keys'
-revocation bound). A form 2 signature also
-carries a message id and its signing instant: one signed longer ago than the signature window
-(or too far ahead of our clock) is rejected as expired, and step 1 ends by remembering the
-batch's message ids with their positions (`RegistryStore.remember_message_ids`, its own
-statement): an id received before at another position is a replay and is rejected, so a
-captured message produced again changes nothing. A redelivery has its own position and goes
-on as before; a crash after the ids were remembered redelivers the batch at the same
-positions, so nothing is lost.
-
 One message can never stop the loop (I7): every message ends applied or rejected.
-- Decoding and validating guard each message: an unforeseen exception rejects that message.
+- Decoding and validating guard each message (admission.py): an unforeseen exception rejects
+  that message.
 - The tenant lookup of step 1 and the write of step 2 tell "this input" from "this moment"
   (`tickwheel.db.is_data_error`): a batch refused for its data, or failing with an exception
   that is not the database being unavailable, is applied op by op, and the op at fault is
@@ -58,56 +50,39 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
-from tickwheel.clock import format_ms
 from tickwheel.crash_points import crash_point, fail_point
 from tickwheel.db import DB_ERRORS, is_data_error
-from tickwheel.domain import RegistrationOp
-from tickwheel.envelopes import EnvelopeError, Registration, Rejection
-from tickwheel.kafka import (
+from tickwheel.envelopes.registrations import Rejection
+from tickwheel.kafka.admin import topic_offsets
+from tickwheel.kafka.consuming import BatchConsumer
+from tickwheel.kafka.producing import (
     PRODUCER_MESSAGE_MAX_BYTES,
-    BatchConsumer,
     Outgoing,
     PublishError,
     publish_reports,
-    topic_offsets,
     value_room,
 )
-from tickwheel.registry_api.auth import KEY_CACHE_TTL_S
-from tickwheel.registry_api.document import (
-    JobValidationError,
-    Limits,
-    check_version,
-    parse_document,
-    validate_job,
+from tickwheel.registry_api.admission import (
+    SIGNATURE_WINDOW_S,
+    Admission,
+    Prepared,
+    Rejected,
+    RejectKind,
+    position,
+    refusal,
 )
-from tickwheel.registry_api.on_demand import (
-    TriggerRequest,
-    backfill_window,
-    checked_idempotency_key,
-)
-from tickwheel.registry_api.state import Op, Outcome
-from tickwheel.registry_api.store import Applied, NewJobsPlan, RegistryStore, SigningKey
+from tickwheel.registry_api.document import Limits
+from tickwheel.registry_api.state import Op
+from tickwheel.registry_api.store import Applied, RegistryStore
 from tickwheel.runtime import PartState, awaiting
-from tickwheel.signatures import (
-    FUTURE_SKEW_MS,
-    SIGNATURE_HEADER,
-    Signature,
-    SignatureError,
-    parse,
-    verify,
-)
 from tickwheel.stall import SAMPLE_TIMEOUT_MIN_S, STALL_SAMPLES, Backlog, StallWatch, samples
 
 log = logging.getLogger("tickwheel.registry.intake")
 
 RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # seconds, then stays at the last
-SIGNATURE_WINDOW_S = 86_400  # default: how old a signed registration may be (a setting)
-REFUSED = {Outcome.NOT_FOUND: "no such job", Outcome.CONFLICT: "not allowed in the job's status"}
 # A key longer than this is replaced by `sha256:<hex>` on the rejected topic: the key must not
 # crowd out the reason. Job ids are at most 128 characters, so only garbage is affected.
 REJECTION_KEY_MAX_BYTES = 4096
@@ -129,21 +104,6 @@ def retryable(exc: BaseException) -> bool:
     return isinstance(exc, _UNAVAILABLE) and not is_data_error(exc)
 
 
-class RejectKind(StrEnum):
-    """Why a registration was rejected, in a word (the metrics' `reason` label; the rejection
-    on the topic says it in a sentence)."""
-
-    MALFORMED = "malformed"  # not a registration: bytes, JSON, envelope, signature header
-    SIGNATURE = "signature"  # unsigned where required, not verifying, another tenant's, expired
-    REPLAYED = "replayed"  # a signed message id received before at another position
-    UNKNOWN_TENANT = "unknown_tenant"
-    INVALID = "invalid"  # the job document or the operation's fields
-    QUOTA = "quota"  # a quota of the tenant (registry_api/quotas.py)
-    REFUSED = "refused"  # the job's state: stale version, no such job, conflict, backfill range
-    DATABASE = "database"  # the database refused the op's data
-    ERROR = "error"  # an unforeseen exception (logged with its traceback)
-
-
 @dataclass
 class BatchReport:
     """What one batch did, for metrics, logs and tests."""
@@ -155,79 +115,6 @@ class BatchReport:
     refusals: dict[tuple[str, str], int] = field(default_factory=dict)  # (tenant, quota) -> n
     lag: dict[int, int] = field(default_factory=dict)  # partition -> messages behind its end
     duration_s: float = 0.0  # seconds from the batch's transaction to its offsets stored
-
-
-@dataclass(frozen=True)
-class _Rejected:
-    message: Message
-    reason: str
-    kind: RejectKind
-
-
-class _Decoded(NamedTuple):
-    """A registration that decoded, with its signature header read (None: unsigned)."""
-
-    msg: Message
-    reg: Registration
-    signature: Signature | None
-
-
-class _Signed(NamedTuple):
-    """A registration whose form 2 signature verified: its message id is to be remembered."""
-
-    msg: Message
-    tenant: str
-    message_id: str
-    signed_at_ms: int
-
-
-@dataclass
-class _Prepared:
-    """A decoded, validated batch, ready for the database."""
-
-    messages: list[Message]
-    ops: list[Op] = field(default_factory=list)
-    op_messages: list[Message] = field(default_factory=list)
-    rejected: list[_Rejected] = field(default_factory=list)
-    plan: NewJobsPlan | None = None  # the ops folded as if all their jobs were new
-    signed: list[_Signed] = field(default_factory=list)
-
-
-def refusal(applied: Applied) -> str | None:
-    """Why the database side refused an op (a rejection's reason), or None if it applied."""
-    op = applied.op
-    if applied.outcome is Outcome.STALE:
-        stored = applied.job.version if applied.job is not None else "?"
-        return (
-            f"stale: version {op.version} of job {op.job_id!r} is not newer than the stored "
-            f"version {stored}"
-        )
-    if applied.outcome in REFUSED:
-        return f"{op.kind} of job {op.job_id!r}: {REFUSED[applied.outcome]}"
-    if applied.problem is not None:
-        return f"{op.kind} of job {op.job_id!r}: {applied.problem}"
-    return None
-
-
-def _signature_header(msg: Message) -> bytes | None:
-    """The value of the message's signature header (the last one, if repeated), or None."""
-    found: bytes | None = None
-    for header in msg.headers() or []:
-        if header[0] == SIGNATURE_HEADER:
-            value = header[1]
-            found = value if isinstance(value, bytes) else (value or "").encode()
-    return found
-
-
-def _position(msg: Message) -> tuple[int, int]:
-    return msg.partition() or 0, msg.offset() or 0
-
-
-def _replayed(tenant: str, message_id: str, partition: int, offset: int) -> str:
-    return (
-        f"replayed: message id {message_id!r} of tenant {tenant!r} was received already "
-        f"(partition {partition}, offset {offset}); a replay changes nothing"
-    )
 
 
 def _now_iso() -> str:
@@ -264,15 +151,14 @@ class RegistrationIntake:
         # When the oldest batch the loop fetched and has not settled was fetched (monotonic);
         # None while every fetched batch has settled, or been rewound to retry.
         self._unsettled_since: float | None = None
-        self.require_signature = require_signature
-        self.signature_window_ms = signature_window_s * 1000
-        # From when (unix ms) the deployment's replay memory holds every id (D-048); read in
-        # `run`, when this intake's window joins the deployment's.
-        self.memory_complete_from_ms: int | None = None
+        self.admission = Admission(
+            store,
+            limits,
+            registrations_topic,
+            require_signature=require_signature,
+            signature_window_s=signature_window_s,
+        )
         self.registrations_topic = registrations_topic
-        # key prefix -> (its active keys, when the entry expires); only found keys are kept
-        self._keys: dict[str, tuple[list[SigningKey], float]] = {}
-        self.limits = limits
         self.health = health if health is not None else PartState("intake")
         self.health.report(consuming=False, last_batch_at=None, partitions=[], failing=0)
         self._partitions: set[tuple[str, int]] = set()
@@ -287,11 +173,9 @@ class RegistrationIntake:
         self.producer = producer
         self.rejected_topic = rejected_topic
         self.message_max_bytes = message_max_bytes
-        self._tenants: set[str] = set()
         self._committing: asyncio.Task[BatchReport] | None = None
         # Called with each settled batch's report (metrics, benchmarks).
         self.on_batch: Callable[[BatchReport], None] | None = None
-        self._cpu = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-validate")
         # The watch's own client of the group (never subscribed) and its thread: the broker's
         # answers about the topic never wait in the consumer's I/O thread.
         self.probe = probe
@@ -323,9 +207,7 @@ class RegistrationIntake:
         `stall_s` end the part with `IntakeStalled`, so the process exits for its supervisor
         to restart it instead of lingering half-dead (I9).
         """
-        self.memory_complete_from_ms = await self.store.join_replay_memory(
-            self.signature_window_ms + FUTURE_SKEW_MS
-        )
+        await self.admission.join_replay_memory()
         self.health.report(consuming=True)
         loop = asyncio.create_task(self._loop(stop), name="intake-loop")
         watch = asyncio.create_task(self._watch(stop, loop), name="intake-watch")
@@ -420,10 +302,10 @@ class RegistrationIntake:
             if messages and self._unsettled_since is None:
                 self._unsettled_since = time.monotonic()
             fetched_at = time.monotonic()
-            prepared: _Prepared | None = None
+            prepared: Prepared | None = None
             unprepared: BaseException | None = None
             try:
-                prepared = await self.prepare(messages) if messages else None
+                prepared = await self.admission.prepare(messages) if messages else None
             except Exception as exc:
                 if not retryable(exc):
                     raise
@@ -473,232 +355,11 @@ class RegistrationIntake:
     async def close(self) -> None:
         # close() commits the stored offsets (and only those) and leaves the group.
         await self.source.close()
-        self._cpu.shutdown(wait=True)
+        self.admission.close()
         self._probing.shutdown(wait=True)
         await asyncio.to_thread(self.probe.close)
 
-    async def prepare(self, messages: Sequence[Message]) -> _Prepared:
-        """Step 1: decode and validate; no job is written here (the message ids of signed
-        registrations are remembered, to refuse replays).
-
-        The CPU work runs on its own thread: the GIL is free while the previous batch waits
-        on Postgres, so validating this batch overlaps with the database writing the last.
-        """
-        loop = asyncio.get_running_loop()
-        prepared, registrations = await loop.run_in_executor(self._cpu, self._decode, messages)
-        known = await self._known_tenants({d.reg.tenant for d in registrations})
-        keys = await self._signing_keys(
-            {d.signature.prefix for d in registrations if d.signature is not None}
-        )
-        now = self.store.clock()
-        await loop.run_in_executor(
-            self._cpu, self._validate, prepared, registrations, known, keys, now
-        )
-        if prepared.signed:
-            await self._refuse_replays(prepared)
-        return prepared
-
-    @staticmethod
-    def _decode(messages: Sequence[Message]) -> tuple[_Prepared, list[_Decoded]]:
-        prepared = _Prepared(list(messages))
-        registrations: list[_Decoded] = []
-        for msg in messages:
-            try:
-                reg = Registration.decode(msg.value() or b"")
-                header = _signature_header(msg)
-                signature = None if header is None else parse(header)
-                registrations.append(_Decoded(msg, reg, signature))
-            except (EnvelopeError, SignatureError) as exc:
-                prepared.rejected.append(_Rejected(msg, str(exc), RejectKind.MALFORMED))
-            except Exception as exc:  # unforeseen: reject this message, never stall the rest
-                log.exception("decoding a registration raised %s", type(exc).__name__)
-                reason = f"could not be decoded: {exc!r}"
-                prepared.rejected.append(_Rejected(msg, reason, RejectKind.ERROR))
-        return prepared, registrations
-
-    def _validate(
-        self,
-        prepared: _Prepared,
-        registrations: list[_Decoded],
-        known: set[str],
-        keys: dict[str, list[SigningKey]],
-        now: int,
-    ) -> None:
-        for msg, reg, signature in registrations:
-            kind = RejectKind.SIGNATURE
-            try:
-                verified = self._check_signature(msg, reg, signature, keys, now)
-                kind = RejectKind.UNKNOWN_TENANT
-                if reg.tenant not in known:
-                    raise EnvelopeError(f"tenant {reg.tenant!r} does not exist")
-                kind = RejectKind.INVALID
-                op = self._op(msg, reg, now)
-                if verified is not None and verified.message_id is not None:
-                    assert verified.signed_at_ms is not None
-                    prepared.signed.append(
-                        _Signed(msg, reg.tenant, verified.message_id, verified.signed_at_ms)
-                    )
-                prepared.ops.append(op)
-                prepared.op_messages.append(msg)
-            except (EnvelopeError, JobValidationError) as exc:
-                prepared.rejected.append(_Rejected(msg, str(exc), kind))
-            except Exception as exc:  # unforeseen: reject this message, never stall the rest
-                log.exception("validating a registration raised %s", type(exc).__name__)
-                reason = f"could not be validated: {exc!r}"
-                prepared.rejected.append(_Rejected(msg, reason, RejectKind.ERROR))
-        # Still on this thread, overlapping the previous batch's transaction: fold the ops as
-        # if their jobs were new, so a batch of new jobs skips the fold inside its transaction.
-        # A plan that cannot be made costs only the optimisation: the transaction folds the
-        # same ops as before (and deals with any op at fault there), so the batch goes on; the
-        # failure is still logged with its traceback, since the plan is the same fold.
-        try:
-            prepared.plan = self.store.plan_new(prepared.ops, now)
-        except Exception:
-            log.warning(
-                "no new-jobs plan for this batch; folding in the transaction", exc_info=True
-            )
-
-    async def _known_tenants(self, names: set[str]) -> set[str]:
-        """Tenants that exist, from a process-lifetime cache of positive answers (tenants are
-        never deleted); only names not seen yet cost a query.
-
-        A name the database cannot even compare (a NUL character) names no tenant: when the
-        batch's lookup is refused for its data, each name is looked up alone, and one refused
-        so is unknown (its messages are rejected as from an unknown tenant).
-        """
-        unseen = names - self._tenants
-        if not unseen:
-            return names & self._tenants
-        try:
-            self._tenants |= await self.store.existing_tenants(sorted(unseen))
-        except Exception as exc:
-            if not is_data_error(exc):
-                raise
-            for name in sorted(unseen):
-                try:
-                    self._tenants |= await self.store.existing_tenants([name])
-                except Exception as one:
-                    if not is_data_error(one):
-                        raise
-        return names & self._tenants
-
-    async def _signing_keys(self, prefixes: set[str]) -> dict[str, list[SigningKey]]:
-        """The active keys named by the batch's signatures, by prefix. Found keys are cached
-        for `KEY_CACHE_TTL_S`; a prefix with no key is asked again next batch, so a key
-        created a moment ago works at once."""
-        if not prefixes:
-            return {}
-        clock = time.monotonic()
-        self._keys = {p: hit for p, hit in self._keys.items() if hit[1] > clock}
-        unseen = sorted(prefixes - self._keys.keys())
-        if unseen:
-            found: dict[str, list[SigningKey]] = {}
-            for key in await self.store.signing_keys(unseen):
-                found.setdefault(key.prefix, []).append(key)
-            for prefix, held in found.items():
-                self._keys[prefix] = (held, clock + KEY_CACHE_TTL_S)
-        return {p: self._keys[p][0] for p in prefixes if p in self._keys}
-
-    def _check_signature(
-        self,
-        msg: Message,
-        reg: Registration,
-        signature: Signature | None,
-        keys: dict[str, list[SigningKey]],
-        now_ms: int,
-    ) -> Signature | None:
-        """A signed registration must verify under an active key of the tenant it names, for
-        this topic, and be signed within the window; an unsigned one passes unless signatures
-        are required, a form 1 one too (checked as before). The signature, once verified
-        (None: unsigned); EnvelopeError says why not."""
-        if signature is None:
-            if self.require_signature:
-                raise EnvelopeError(
-                    f"unsigned: this registry takes only registrations signed with an API "
-                    f"key of their tenant (header {SIGNATURE_HEADER!r})"
-                )
-            return None
-        if signature.replayable and self.require_signature:
-            raise EnvelopeError(
-                "signed in form 1 (the value alone), which can be replayed: this registry "
-                "takes only form 2 signatures, which bind the topic, a message id and the "
-                "signing instant (tickwheel.signatures.sign(value, api_key, topic=…))"
-            )
-        value = msg.value() or b""
-        topic = msg.topic() or ""
-        for key in keys.get(signature.prefix, ()):
-            if verify(signature, value, topic, key.key_hash):
-                if key.tenant != reg.tenant:
-                    raise EnvelopeError(
-                        f"signed with an API key of another tenant than {reg.tenant!r}"
-                    )
-                break
-        else:
-            raise EnvelopeError(
-                f"signature does not verify: no active API key {signature.prefix!r}… signed "
-                "this message for this topic"
-            )
-        if signature.signed_at_ms is not None:
-            self._check_signed_at(signature.signed_at_ms, now_ms)
-        return signature
-
-    def _check_signed_at(self, signed_at_ms: int, now_ms: int) -> None:
-        """EnvelopeError for a signing instant outside [now - window, now + skew]."""
-        if now_ms - signed_at_ms > self.signature_window_ms:
-            raise EnvelopeError(
-                f"expired: signed at {format_ms(signed_at_ms)}, more than "
-                f"{self.signature_window_ms // 1000} s before the registry's clock "
-                "(TICKWHEEL_INTAKE_SIGNATURE_WINDOW_S); sign it again to send it again"
-            )
-        if (since := self.memory_complete_from_ms) is not None and signed_at_ms < since:
-            # A registry of this deployment with a wider window started lately: ids signed
-            # before this instant may have been forgotten by the narrower memory (D-048).
-            raise EnvelopeError(
-                f"signed at {format_ms(signed_at_ms)}, before {format_ms(since)}, from when "
-                "this deployment's memory of message ids is complete (a registry with a wider "
-                "signature window started since); sign it again to send it again"
-            )
-        if signed_at_ms - now_ms > FUTURE_SKEW_MS:
-            raise EnvelopeError(
-                f"signed at {format_ms(signed_at_ms)}, more than {FUTURE_SKEW_MS // 1000} s "
-                "ahead of the registry's clock"
-            )
-
-    async def _refuse_replays(self, prepared: _Prepared) -> None:
-        """Remember the batch's message ids; reject each op whose id was received before at
-        another position (or earlier in this batch): a replay."""
-        first: dict[tuple[str, str], _Signed] = {}
-        replays: dict[tuple[int, int], str] = {}
-        for item in prepared.signed:
-            key = (item.tenant, item.message_id)
-            if key in first:
-                replays[_position(item.msg)] = _replayed(*key, *_position(first[key].msg))
-            else:
-                first[key] = item
-        keep_ms = self.signature_window_ms + FUTURE_SKEW_MS
-        received = await self.store.remember_message_ids(
-            self.registrations_topic,
-            [(*key, *_position(item.msg), item.signed_at_ms) for key, item in first.items()],
-            keep_ms,
-        )
-        for key, item in first.items():
-            topic, partition, offset = received[key]
-            if (topic, partition, offset) != (self.registrations_topic, *_position(item.msg)):
-                replays[_position(item.msg)] = _replayed(*key, partition, offset)
-        if not replays:
-            return
-        ops, messages = [], []
-        for op, msg in zip(prepared.ops, prepared.op_messages, strict=True):
-            reason = replays.get(_position(msg))
-            if reason is None:
-                ops.append(op)
-                messages.append(msg)
-            else:
-                prepared.rejected.append(_Rejected(msg, reason, RejectKind.REPLAYED))
-        prepared.ops, prepared.op_messages = ops, messages
-        prepared.plan = None  # made for the ops before: the transaction folds instead
-
-    async def commit(self, prepared: _Prepared) -> BatchReport:
+    async def commit(self, prepared: Prepared) -> BatchReport:
         """Steps 2 to 4: apply, publish rejections, store offsets."""
         started = time.perf_counter()
         report = BatchReport(messages=len(prepared.messages))
@@ -721,9 +382,9 @@ class RegistrationIntake:
                 if applied.quota is not None:
                     refused = (applied.op.tenant, applied.quota.quota.value)
                     report.refusals[refused] = report.refusals.get(refused, 0) + 1
-                    rejected.append(_Rejected(msg, applied.quota.detail, RejectKind.QUOTA))
+                    rejected.append(Rejected(msg, applied.quota.detail, RejectKind.QUOTA))
                 elif (reason := refusal(applied)) is not None:
-                    rejected.append(_Rejected(msg, reason, RejectKind.REFUSED))
+                    rejected.append(Rejected(msg, reason, RejectKind.REFUSED))
         crash_point("intake_after_db")
         if rejected:
             loop = asyncio.get_running_loop()
@@ -742,7 +403,7 @@ class RegistrationIntake:
         end, by the consumer's cached high watermarks (no broker round trip)."""
         ends: dict[int, int] = {}
         for msg in messages:
-            partition, offset = _position(msg)
+            partition, offset = position(msg)
             ends[partition] = max(ends.get(partition, -1), offset + 1)
         lag = {}
         for partition, end in ends.items():
@@ -756,7 +417,7 @@ class RegistrationIntake:
         return lag
 
     async def _apply_singly(
-        self, ops: list[Op], messages: list[Message], rejected: list[_Rejected]
+        self, ops: list[Op], messages: list[Message], rejected: list[Rejected]
     ) -> list[Applied | None]:
         """Apply ops one transaction each; one the database refuses (or that raises anything
         but unavailability) rejects its message alone (I7)."""
@@ -773,35 +434,9 @@ class RegistrationIntake:
                     log.exception("applying a registration raised %s", type(exc).__name__)
                     reason = f"could not be applied: {type(exc).__name__}: {exc}"
                     kind = RejectKind.ERROR
-                rejected.append(_Rejected(msg, reason, kind))
+                rejected.append(Rejected(msg, reason, kind))
                 results.append(None)
         return results
-
-    def _op(self, msg: Message, reg: Registration, now_ms: int) -> Op:
-        check_version(reg.version)
-        source = (msg.partition() or 0, msg.offset() or 0)
-        if reg.op == RegistrationOp.UPSERT:
-            doc = parse_document(reg.job)
-            spec = validate_job(reg.tenant, doc, self.limits, now_ms)
-            return Op(
-                RegistrationOp.UPSERT,
-                reg.tenant,
-                spec.job_id,
-                spec=spec,
-                version=reg.version,
-                source=source,
-            )
-        assert reg.id is not None
-        if reg.op == RegistrationOp.TRIGGER:
-            # Without an explicit key the message's position is the key: a redelivered
-            # trigger finds the run its first delivery started (on_demand.py).
-            given = checked_idempotency_key(reg.idempotency_key, "idempotency_key")
-            key = given or f"kafka:{source[0]}:{source[1]}"
-            return Op(reg.op, reg.tenant, reg.id, source=source, request=TriggerRequest(key))
-        if reg.op == RegistrationOp.BACKFILL:
-            window = backfill_window({"from": reg.window_from, "to": reg.window_to})
-            return Op(reg.op, reg.tenant, reg.id, source=source, request=window)
-        return Op(reg.op, reg.tenant, reg.id, version=reg.version, source=source)
 
     # Kafka side ------------------------------------------------------------------------------
 
@@ -813,7 +448,7 @@ class RegistrationIntake:
             return b"sha256:" + hashlib.sha256(key).hexdigest().encode()
         return key
 
-    def _outgoing(self, item: _Rejected, max_bytes: int) -> Outgoing:
+    def _outgoing(self, item: Rejected, max_bytes: int) -> Outgoing:
         key = self._rejection_key(item.message)
         rejection = Rejection.fitted(
             item.reason,
@@ -824,7 +459,7 @@ class RegistrationIntake:
         )
         return Outgoing(self.rejected_topic, key=key, value=rejection.encode())
 
-    def _publish_rejections(self, rejected: list[_Rejected]) -> None:
+    def _publish_rejections(self, rejected: list[Rejected]) -> None:
         failed = publish_reports(self.producer, rejected, self._outgoing, self.message_max_bytes)
         if failed:
             raise PublishError(failed)

@@ -14,8 +14,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tickwheel.domain import Quota
+from tickwheel.registry_api.admission import RejectKind
 from tickwheel.registry_api.errors import too_large
-from tickwheel.registry_api.intake import BatchReport, RejectKind
+from tickwheel.registry_api.intake import BatchReport
 from tickwheel.registry_api.state import CHANGING, Outcome
 
 # The request log's logger keeps the name docs/API.md gives it.

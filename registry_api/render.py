@@ -13,7 +13,7 @@ from typing import Any
 from tickwheel.clock import format_datetime, format_ms
 from tickwheel.domain import JobStatus
 from tickwheel.registry_api.document import Backoff, Dst, JobDocument, JobSpec, Misfire, Target
-from tickwheel.registry_api.store import JobView, RunView
+from tickwheel.registry_api.rows import JobView, RunView
 from tickwheel.runtime import PartState
 from tickwheel.schedule import SHARED
 from tickwheel.schedule.explain import MisfireSettings, explain_cron, explain_once

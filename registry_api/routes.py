@@ -77,8 +77,9 @@ from tickwheel.registry_api.params import (
 )
 from tickwheel.registry_api.patch import merge_patch
 from tickwheel.registry_api.render import job_body, parts_body, preview_body, run_body
+from tickwheel.registry_api.rows import JobView
 from tickwheel.registry_api.state import Op, Outcome
-from tickwheel.registry_api.store import Applied, JobView
+from tickwheel.registry_api.store import Applied
 
 PREVIEW_COUNT_DEFAULT = 5
 PREVIEW_COUNT_MAX = 100  # occurrences one preview explains at most

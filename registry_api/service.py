@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from tickwheel import db
 from tickwheel.config import Settings
-from tickwheel.kafka import PRODUCER_MESSAGE_MAX_BYTES, consumer, producer
+from tickwheel.kafka.clients import consumer, producer
+from tickwheel.kafka.producing import PRODUCER_MESSAGE_MAX_BYTES
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.intake import RegistrationIntake
 from tickwheel.registry_api.metrics import Metrics

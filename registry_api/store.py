@@ -19,23 +19,23 @@ refuses each operation over a quota (outcome `refused`, `Applied.quota` says whi
 with one statement writing every tenant's changed job counter and rate state
 (`tenant_usage_write`). A batch whose tenants have no quota costs one more statement (the lock
 query, answering nothing) and, when it creates or deletes jobs, the counter's write.
+
+The rows it reads become values, and the jobs it writes COPY rows, in rows.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime as dt
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-import orjson
 
 from tickwheel.clock import now_ms
-from tickwheel.domain import JobStatus, RunStatus, run_key
+from tickwheel.domain import JobStatus, RunStatus
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api import on_demand
 from tickwheel.registry_api.document import JobSpec, spec_from_stored
@@ -48,7 +48,19 @@ from tickwheel.registry_api.on_demand import (
     Triggered,
     TriggerRequest,
 )
-from tickwheel.registry_api.quotas import Budget, QuotaRefusal, TenantQuotas
+from tickwheel.registry_api.quotas import Budget, QuotaRefusal
+from tickwheel.registry_api.rows import (
+    JobView,
+    RunView,
+    SigningKey,
+    job_view,
+    row_tuple,
+    run_view,
+    signing_key,
+    stored_job,
+    tenant_quotas,
+    tenant_view,
+)
 from tickwheel.registry_api.state import Op, Outcome, StoredJob, apply
 from tickwheel.signatures import PREFIX_CHARS, key_digest
 
@@ -89,30 +101,6 @@ class NewJobsPlan:
     usage: list[tuple[str, int, int | None]]  # the job counters' changes (Budget.changes)
 
 
-@dataclass(frozen=True)
-class JobView:
-    """A job as the API returns it: the document plus registry fields."""
-
-    document: dict[str, Any]
-    status: str
-    version: int
-    next_run_at: int | None  # ms
-    created_at: dt.datetime
-    updated_at: dt.datetime
-
-
-@dataclass(frozen=True)
-class RunView:
-    run_key: str
-    scheduled_at: int  # ms
-    status: str
-    attempt: int
-    started_at: dt.datetime | None
-    finished_at: dt.datetime | None
-    last_error: str | None
-    origin: str  # how the run came to be: schedule | trigger | backfill | replay
-
-
 class _ConcurrentCreate(Exception):
     """Another writer created one of this batch's new jobs first."""
 
@@ -128,89 +116,9 @@ class _DryRun(Exception):
 hash_key = key_digest  # what api_keys stores for a key (also a signed registration's secret)
 
 
-@dataclass(frozen=True)
-class SigningKey:
-    """An active API key as a signed registration is checked against (no secret here)."""
-
-    key_hash: bytes
-    prefix: str
-    tenant: str
-
-
-def _stored_job(row: asyncpg.Record) -> StoredJob:
-    """A job row (`jobs_lock_batch`, `backfill_jobs_read`) as the fold takes it."""
-    return StoredJob(
-        row["tenant"],
-        row["job_id"],
-        orjson.loads(row["document"]),
-        row["status"],
-        row["version"],
-        row["next_run_at"],
-        row["intake_partition"],
-        row["intake_offset"],
-    )
-
-
-def _quotas(row: asyncpg.Record) -> TenantQuotas:
-    return TenantQuotas(
-        row["tenant"],
-        row["max_jobs"],
-        row["jobs"],
-        row["max_registrations_per_s"],
-        row["registrations_burst"],
-        row["registrations_tat_us"],
-    )
-
-
 def _registered(job: StoredJob | None) -> bool:
     """Whether a job counts against its tenant's job quota (any row not deleted)."""
     return job is not None and job.status != JobStatus.DELETED
-
-
-def _json_text(value: Any) -> str | None:
-    # A JSON null becomes SQL NULL (jobs.payload refuses it; validation rejects a null payload
-    # before it gets here, and jobs.target is NULL when the job has a handler).
-    return None if value is None else orjson.dumps(value).decode()
-
-
-def _row_tuple(job: StoredJob, spec: JobSpec, expected_version: int | None) -> tuple[Any, ...]:
-    """One `jobs_stage` row: a tuple, as binary COPY takes it (no per-row dict).
-
-    Values come in the column order of `jobs_stage_create` (registry.sql), which the COPY
-    uses as it is; times are integer milliseconds, jsonb columns JSON text.
-    """
-    doc = spec.document
-    backoff, misfire, dst = doc.backoff, doc.misfire, doc.dst
-    return (
-        job.tenant,
-        job.job_id,
-        spec.shard_id,
-        spec.kind,
-        doc.schedule,
-        spec.first_run_at(0) if doc.at is not None else None,
-        doc.timezone,
-        doc.handler,
-        _json_text(doc.target.model_dump()) if doc.target is not None else None,
-        _json_text(doc.payload),
-        doc.priority,
-        doc.max_attempts,
-        backoff.base_ms,
-        backoff.cap_ms,
-        doc.timeout_ms,
-        misfire.policy,
-        misfire.grace_ms,
-        misfire.max_catchup,
-        doc.overlap,
-        dst.gap,
-        dst.overlap,
-        job.status,
-        job.next_run_at,
-        job.version,
-        orjson.dumps(job.document).decode(),
-        job.intake_partition,
-        job.intake_offset,
-        expected_version,
-    )
 
 
 class RegistryStore:
@@ -239,7 +147,7 @@ class RegistryStore:
         state: dict[tuple[str, str], StoredJob] = {}
         budget = Budget((), 0)  # no quota: the transaction folds again if a tenant has one
         results = self._fold_into(state, ops, now, budget)
-        records = [_row_tuple(job, self._spec_of(job), None) for job in state.values()]
+        records = [row_tuple(job, self._spec_of(job), None) for job in state.values()]
         return NewJobsPlan(now, results, records, budget.changes())
 
     def _fold_into(
@@ -316,7 +224,7 @@ class RegistryStore:
         rows = await self.pool.fetch(
             QUERIES["backfill_jobs_read"], [k[0] for k in keys], [k[1] for k in keys]
         )
-        stored = {(r["tenant"], r["job_id"]): (_stored_job(r), r["now_ms"]) for r in rows}
+        stored = {(r["tenant"], r["job_id"]): (stored_job(r), r["now_ms"]) for r in rows}
         counted: list[Op | Applied] = list(ops)
         for i in wanted:
             op = ops[i]
@@ -382,7 +290,7 @@ class RegistryStore:
             if plan is not None and not rows and not limited:
                 results, records, usage = list(plan.results), plan.records, plan.usage
             else:
-                budget = Budget(map(_quotas, limited), limited[0]["now_us"] if limited else 0)
+                budget = Budget(map(tenant_quotas, limited), limited[0]["now_us"] if limited else 0)
                 results, records = self._fold(ops, rows, now, budget)
                 usage = budget.changes()
             if records:
@@ -409,11 +317,11 @@ class RegistryStore:
         self, ops: Sequence[Op], rows: Sequence[asyncpg.Record], now: int, budget: Budget
     ) -> tuple[list[Applied], list[tuple[Any, ...]]]:
         """The batch's ops folded over its locked rows: results, and the COPY rows to write."""
-        loaded = {(r["tenant"], r["job_id"]): _stored_job(r) for r in rows}
+        loaded = {(r["tenant"], r["job_id"]): stored_job(r) for r in rows}
         state: dict[tuple[str, str], StoredJob] = dict(loaded)
         results = self._fold_into(state, ops, now, budget)
         records = [
-            _row_tuple(job, self._spec_of(job), loaded[key].version if key in loaded else None)
+            row_tuple(job, self._spec_of(job), loaded[key].version if key in loaded else None)
             for key, job in state.items()
             if job is not loaded.get(key)
         ]
@@ -445,20 +353,9 @@ class RegistryStore:
 
     # reads ------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _view(row: asyncpg.Record) -> JobView:
-        return JobView(
-            orjson.loads(row["document"]),
-            row["status"],
-            row["version"],
-            row["next_run_at"],
-            row["created_at"],
-            row["updated_at"],
-        )
-
     async def get(self, tenant: str, job_id: str) -> JobView | None:
         row = await self.pool.fetchrow(QUERIES["job_get"], tenant, job_id)
-        return None if row is None else self._view(row)
+        return None if row is None else job_view(row)
 
     async def list_jobs(
         self,
@@ -474,7 +371,7 @@ class RegistryStore:
         rows = await self.pool.fetch(
             QUERIES["jobs_list"], tenant, after, status, priority, kind, limit + 1
         )
-        page = [self._view(r) for r in rows[:limit]]
+        page = [job_view(r) for r in rows[:limit]]
         more = len(rows) > limit
         return page, (page[-1].document["id"] if more and page else None)
 
@@ -483,19 +380,7 @@ class RegistryStore:
     ) -> tuple[list[RunView], int | None]:
         """A page of a job's runs, newest first, and the instant to continue before."""
         rows = await self.pool.fetch(QUERIES["job_runs_page"], tenant, job_id, before_ms, limit + 1)
-        page = [
-            RunView(
-                run_key(r["tenant"], r["job_id"], r["scheduled_at"]),
-                r["scheduled_at"],
-                r["status"],
-                r["attempt"],
-                r["started_at"],
-                r["finished_at"],
-                r["last_error"] or r["skip_reason"],
-                r["origin"],
-            )
-            for r in rows[:limit]
-        ]
+        page = [run_view(r) for r in rows[:limit]]
         more = len(rows) > limit
         return page, (page[-1].scheduled_at if more and page else None)
 
@@ -523,20 +408,7 @@ class RegistryStore:
         """Tenants (or the one named) with their quotas, registered jobs, active keys, their
         cap on runs running at once and, when capped, their runs running now (cluster-wide)."""
         rows = await self.pool.fetch(QUERIES["tenants_list"], name, RunStatus.RUNNING.value)
-        return [
-            {
-                "tenant": r["name"],
-                "created_at": r["created_at"].isoformat(),
-                "jobs": r["jobs"],
-                "active_keys": r["active_keys"],
-                "max_jobs": r["max_jobs"],
-                "max_registrations_per_s": r["max_registrations_per_s"],
-                "registrations_burst": r["registrations_burst"],
-                "max_running": r["max_running"],
-                "running": r["running"],
-            }
-            for r in rows
-        ]
+        return [tenant_view(r) for r in rows]
 
     async def set_quotas(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
         """Set some of a tenant's quotas (`max_jobs`, `max_registrations_per_s`,
@@ -590,7 +462,7 @@ class RegistryStore:
     async def signing_keys(self, prefixes: Sequence[str]) -> list[SigningKey]:
         """The active keys whose stored prefix is one of `prefixes`."""
         rows = await self.pool.fetch(QUERIES["api_keys_active_by_prefixes"], list(prefixes))
-        return [SigningKey(bytes(r["key_hash"]), r["prefix"], r["tenant"]) for r in rows]
+        return [signing_key(r) for r in rows]
 
     async def remember_message_ids(
         self, topic: str, ids: Sequence[tuple[str, str, int, int, int]], keep_ms: int

@@ -71,7 +71,7 @@ import asyncpg
 from tickwheel import db as dbmod
 from tickwheel.crash_points import crash_point
 from tickwheel.domain import OverlapPolicy, RunStatus
-from tickwheel.kafka import PublishError
+from tickwheel.kafka.producing import PublishError
 from tickwheel.queries import QUERIES
 from tickwheel.schedule import REASON_OVERLAP, ScheduleCache
 from tickwheel.shards import store

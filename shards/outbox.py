@@ -40,8 +40,15 @@ from functools import partial
 from confluent_kafka import KafkaException, Producer
 
 from tickwheel.domain import PRIORITIES, run_key
-from tickwheel.envelopes import AGAIN_HEADER, DeadLetter, encode_run, run_headers
-from tickwheel.kafka import Outgoing, PublishError, publish_confirmed, publish_reports, value_room
+from tickwheel.envelopes.dead_letters import DeadLetter
+from tickwheel.envelopes.run import AGAIN_HEADER, encode_run, run_headers
+from tickwheel.kafka.producing import (
+    Outgoing,
+    PublishError,
+    publish_confirmed,
+    publish_reports,
+    value_room,
+)
 from tickwheel.run_seal import SEAL_HEADER, RunSeal
 from tickwheel.shards.store import Dead, Dispatch
 from tickwheel.topics import Topics

@@ -30,7 +30,8 @@ from kazoo.exceptions import KazooException
 from tickwheel import db
 from tickwheel.config import Settings
 from tickwheel.deployment import zk_root
-from tickwheel.kafka import ONLY_ERROR_REPORTS, producer
+from tickwheel.kafka.clients import producer
+from tickwheel.kafka.producing import ONLY_ERROR_REPORTS
 from tickwheel.runtime import Process, tune_gc
 from tickwheel.schedule import ScheduleCache
 from tickwheel.shards import store

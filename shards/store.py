@@ -22,7 +22,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from tickwheel import broken, db
 from tickwheel.domain import RunOrigin, run_key
-from tickwheel.envelopes import RunEnvelope
+from tickwheel.envelopes.run import RunEnvelope
 from tickwheel.queries import QUERIES
 from tickwheel.shards.plan import ClaimBatch, JobEntry, RetryEntry
 

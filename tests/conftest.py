@@ -16,7 +16,7 @@ import pytest
 
 from tickwheel.config import load_settings
 from tickwheel.domain import PRIORITIES
-from tickwheel.envelopes import EnvelopeError, loads_exact
+from tickwheel.envelopes.parsing import EnvelopeError, loads_exact
 from tickwheel.stack import Addresses, DevStack
 from tickwheel.testing import migrate, own_database, read_topic, scratch_database, unique_topics
 from tickwheel.topics import Topics

@@ -143,7 +143,7 @@ def topics() -> None:
 )
 def topics_create(partitions: int | None, replication: int | None) -> None:
     """Create the registration, run, DLQ and rejection topics that do not exist yet."""
-    from tickwheel.kafka import create_topics
+    from tickwheel.kafka.admin import create_topics
     from tickwheel.topics import Topics
 
     s = settings()

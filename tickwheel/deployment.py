@@ -1,5 +1,5 @@
 """The names the processes of one deployment agree on besides its topics (topics.py) and its
-messages (envelopes.py): the workers' consumer group, the ZooKeeper folder, what a
+messages (envelopes/): the workers' consumer group, the ZooKeeper folder, what a
 scheduler's member node holds, and which deployment a database belongs to.
 
 A deployment is named by its topic prefix (`TICKWHEEL_TOPIC_PREFIX`), and it owns its

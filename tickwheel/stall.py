@@ -4,7 +4,7 @@ A group consumer can stop consuming without any error reaching its loop: librdka
 group after its coordinator moved, or the loop itself waiting on a call that never returns.
 Neither ends the process, and /healthz would go on saying ok. The judgement here is pure, fed
 samples of the consumer's topics (`Backlog.of` the consumer's own state, `BatchConsumer.holding`,
-and the broker's answers, `kafka.topic_offsets`) taken on a timer:
+and the broker's answers, `kafka.admin.topic_offsets`) taken on a timer:
 
 * a partition the consumer holds is **stalled** when its messages wait beyond the consumer's
   position and the position has not moved for `after_s` (librdkafka's position passes

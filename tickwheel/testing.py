@@ -19,7 +19,8 @@ import asyncpg
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from tickwheel import db as dbmod
-from tickwheel.kafka import QUIET, consumer, create_topics, delete_topics, producer
+from tickwheel.kafka.admin import create_topics, delete_topics
+from tickwheel.kafka.clients import QUIET, consumer, producer
 from tickwheel.queries import QUERIES
 from tickwheel.topics import Topics
 

@@ -18,7 +18,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from tickwheel.db import DB_ERRORS
-from tickwheel.kafka import BatchConsumer, ContiguousOffsets
+from tickwheel.kafka.consuming import BatchConsumer
+from tickwheel.kafka.offsets import ContiguousOffsets
 from tickwheel.metrics import observe_many
 from tickwheel.stall import Underway
 from tickwheel.workers.deliveries import Delivery, Queues

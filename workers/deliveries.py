@@ -21,7 +21,8 @@ from collections import Counter, deque
 from collections.abc import Callable
 
 from tickwheel.domain import PRIORITIES, Priority
-from tickwheel.envelopes import RunEnvelope, UnreadableRun
+from tickwheel.envelopes.dead_letters import UnreadableRun
+from tickwheel.envelopes.run import RunEnvelope
 from tickwheel.workers.priorities import WeightedPicker
 from tickwheel.workers.store import RunId
 

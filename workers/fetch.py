@@ -43,8 +43,10 @@ from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from tickwheel import broken
 from tickwheel.domain import INSTANT_MAX_MS, INSTANT_MIN_MS, PRIORITIES
-from tickwheel.envelopes import AGAIN_HEADER, EnvelopeError, RunEnvelope
-from tickwheel.kafka import BatchConsumer, ContiguousOffsets
+from tickwheel.envelopes.parsing import EnvelopeError
+from tickwheel.envelopes.run import AGAIN_HEADER, RunEnvelope
+from tickwheel.kafka.consuming import BatchConsumer
+from tickwheel.kafka.offsets import ContiguousOffsets
 from tickwheel.run_seal import RunSeal
 from tickwheel.topics import Topics
 from tickwheel.workers.deliveries import Delivery, Queues

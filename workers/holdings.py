@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from tickwheel import broken
 from tickwheel.clock import now_ms
 from tickwheel.db import DB_ERRORS
-from tickwheel.kafka import ContiguousOffsets
+from tickwheel.kafka.offsets import ContiguousOffsets
 from tickwheel.stall import Underway
 from tickwheel.workers.deliveries import Delivery, Queues
 from tickwheel.workers.metrics import WorkerMetrics

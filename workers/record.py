@@ -29,15 +29,10 @@ from tickwheel.clock import now_ms
 from tickwheel.crash_points import crash_point
 from tickwheel.db import DB_ERRORS
 from tickwheel.domain import RunStatus
-from tickwheel.envelopes import DeadLetter
-from tickwheel.kafka import (
-    BatchConsumer,
-    ContiguousOffsets,
-    Outgoing,
-    PublishError,
-    publish_reports,
-    value_room,
-)
+from tickwheel.envelopes.dead_letters import DeadLetter
+from tickwheel.kafka.consuming import BatchConsumer
+from tickwheel.kafka.offsets import ContiguousOffsets
+from tickwheel.kafka.producing import Outgoing, PublishError, publish_reports, value_room
 from tickwheel.metrics import observe_many
 from tickwheel.stall import Underway
 from tickwheel.topics import Topics

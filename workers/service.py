@@ -25,7 +25,7 @@ with exit 1):
 
 A delivery's path, and why a crash at any step loses nothing (I4, I5, I7):
 
-    1. received: its offset is tracked as outstanding (tickwheel.kafka.ContiguousOffsets);
+    1. received: its offset is tracked as outstanding (tickwheel.kafka.offsets.ContiguousOffsets);
        nothing stored. A message that is no valid envelope jumps to step 5 as an unreadable
        record (it is never executed). A delivery is suspect when it may not be the first of a
        fresh claim (workers/fetch.py says when: a partition's redelivery, a leader's `again`,
@@ -105,11 +105,11 @@ from tickwheel.clock import now_ms
 from tickwheel.config import Settings
 from tickwheel.deployment import worker_group
 from tickwheel.domain import PRIORITIES, RunStatus
-from tickwheel.envelopes import RunEnvelope, UnreadableRun, cut_text
-from tickwheel.kafka import (
-    PRODUCER_MESSAGE_MAX_BYTES,
-    ContiguousOffsets,
-)
+from tickwheel.envelopes.dead_letters import UnreadableRun
+from tickwheel.envelopes.reports import cut_text
+from tickwheel.envelopes.run import RunEnvelope
+from tickwheel.kafka.offsets import ContiguousOffsets
+from tickwheel.kafka.producing import PRODUCER_MESSAGE_MAX_BYTES
 from tickwheel.metrics import observe_many
 from tickwheel.run_seal import RunSeal
 from tickwheel.runtime import Process
@@ -477,7 +477,7 @@ def make_worker(
     metrics: WorkerMetrics | None = None,
     run_seal: RunSeal | None = None,
 ) -> Worker:
-    from tickwheel.kafka import admin_client, consumer, producer
+    from tickwheel.kafka.clients import admin_client, consumer, producer
 
     group = worker_group(settings.topic_prefix)
     return Worker(

@@ -18,7 +18,7 @@ import asyncpg
 from tickwheel import broken
 from tickwheel.db import DB_ERRORS, id_list, is_data_error, num_list
 from tickwheel.domain import RunStatus
-from tickwheel.envelopes import loads_exact
+from tickwheel.envelopes.parsing import loads_exact
 from tickwheel.queries import QUERIES
 
 log = logging.getLogger("tickwheel.worker")

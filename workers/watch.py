@@ -37,7 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from tickwheel.kafka import BatchConsumer, group_members, topic_offsets
+from tickwheel.kafka.admin import group_members, topic_offsets
+from tickwheel.kafka.consuming import BatchConsumer
 from tickwheel.stall import (
     SAMPLE_TIMEOUT_MIN_S,
     STALL_SAMPLES,

@@ -86,14 +86,8 @@ def chaos(
     from tickwheel.bench.chaos.checker import VERDICTS
     from tickwheel.bench.chaos.deployment import Ports
     from tickwheel.bench.chaos.faults import have_faketime
-    from tickwheel.bench.chaos.harness import (
-        DEFAULT_BURST,
-        Harness,
-        Options,
-        default_jars,
-        default_ports,
-        table,
-    )
+    from tickwheel.bench.chaos.harness import Harness, table
+    from tickwheel.bench.chaos.plan import DEFAULT_BURST, Options, default_jars, default_ports
     from tickwheel.cli_support import fail, settings
     from tickwheel.stack.replicated import ReplicatedPorts
 

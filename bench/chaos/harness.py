@@ -1,4 +1,6 @@
-"""The rounds: workload, one fault at a seeded moment, drain, check. See docs/RELIABILITY.md."""
+"""The rounds: workload, one fault at a seeded moment, drain, check; and the terminal table of a
+run's report. The options and the seeded plan are plan.py's, reading the run topics is
+run_topics.py's. See docs/RELIABILITY.md."""
 
 from __future__ import annotations
 
@@ -7,18 +9,13 @@ import contextlib
 import dataclasses
 import random
 import time
-import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from tickwheel.bench.chaos.checker import (
     VERDICTS,
-    Envelope,
     FaultEvent,
     Ledger,
     check_round,
@@ -28,15 +25,11 @@ from tickwheel.bench.chaos.deployment import (
     PARTITIONS,
     PREFIX,
     REPLICATED,
-    REPLICATED_PORTS,
     SHARDS,
-    SINGLE,
     Deployment,
-    Ports,
 )
 from tickwheel.bench.chaos.faults import (
     CUT_KINDS,
-    DEFAULT_KINDS,
     FAULTS,
     PROXIED,
     SCHEDULERS,
@@ -49,8 +42,9 @@ from tickwheel.bench.chaos.observers import (
     OffsetWatch,
     ProduceProbe,
 )
+from tickwheel.bench.chaos.plan import Options, plan
+from tickwheel.bench.chaos.run_topics import RunTopics, skip_to_ends
 from tickwheel.bench.chaos.workload import (
-    BURST_SLEEP_MS,
     FOLD_S,
     Workload,
     dst_jobs,
@@ -62,13 +56,10 @@ from tickwheel.bench.ledger import RunRow, read_executions
 from tickwheel.clock import now_ms
 from tickwheel.deployment import worker_group
 from tickwheel.domain import PRIORITIES
-from tickwheel.envelopes import EnvelopeError, RunEnvelope
-from tickwheel.kafka import consumer, create_topics, producer
+from tickwheel.kafka.admin import create_topics
+from tickwheel.kafka.clients import producer
 from tickwheel.queries import QUERIES
-from tickwheel.stack.replicated import ReplicatedPorts
 
-PHASES = ("burst", "steady")
-VICTIMS = 6  # the plan draws a victim index below this: fair over two processes or three
 BURST_LEAD_MS = 3000  # the burst falls due this long after its registrations are sent
 REGISTER_TIMEOUT_S = 60.0
 REVIVE_EVERY_S = 1.0  # how often a round looks for a registry that exited on its own
@@ -78,165 +69,7 @@ DRAIN_TIMEOUT_S = 60.0  # the bound of "lost": no terminal state this long after
 WARM_UP_TIMEOUT_S = 90.0
 PAUSE_AFTER_BURST_MS = 1500  # the round's paused job is paused this long after the burst
 FOLD_LEAD_S = FOLD_S + 3  # the DST fold starts this long after the burst, at the earliest
-DEFAULT_BURST = {SINGLE: 300, REPLICATED: 150}
 PROBE_TOPIC = f"{PREFIX}.probe"  # the produce probe's own topic, replicated as the run topics
-
-
-@dataclass(frozen=True)
-class Options:
-    rounds: int
-    seed: int
-    burst: int = 300
-    kinds: Sequence[str] = DEFAULT_KINDS[SINGLE]
-    root: Path = Path(".devstack-chaos")
-    ports: Ports | ReplicatedPorts = field(default_factory=Ports)
-    jars_from: Path | None = None
-    broken: frozenset[str] = frozenset()  # test-only broken variants (tickwheel/broken.py)
-    burst_sleep_ms: int = BURST_SLEEP_MS  # how long each burst run holds its slot
-    dispatch_window: int | None = None  # the system's TICKWHEEL_TENANT_DISPATCH_WINDOW
-
-    @property
-    def stack(self) -> str:
-        return REPLICATED if isinstance(self.ports, ReplicatedPorts) else SINGLE
-
-
-def default_ports(stack: str) -> Ports | ReplicatedPorts:
-    return REPLICATED_PORTS if stack == REPLICATED else Ports()
-
-
-def default_jars() -> Path | None:
-    """The resolved jars of the configured dev stack, reused by the private stack when they
-    are current (else the stack resolves them with Maven)."""
-    from tickwheel.config import load_settings
-    from tickwheel.stack.jars import pom_digest
-
-    jars = load_settings().devstack_dir / "jars"
-    stamp = jars / ".pom-digest"
-    return jars if stamp.is_file() and stamp.read_text() == pom_digest() else None
-
-
-def plan(options: Options) -> list[tuple[str, str, int]]:
-    """(fault kind, phase, victim index) per round: every kind once per cycle, in a seeded
-    order, so `len(kinds)` rounds cover every kind."""
-    rng = random.Random(options.seed)
-    kinds = list(options.kinds)
-    out: list[tuple[str, str, int]] = []
-    while len(out) < options.rounds:
-        cycle = kinds[:]
-        rng.shuffle(cycle)
-        out.extend((k, rng.choice(PHASES), rng.randrange(VICTIMS)) for k in cycle)
-    return out[: options.rounds]
-
-
-class RunTopics:
-    """Every envelope on the run topics, read incrementally by one consumer for the whole run
-    and kept by tenant (the run key's first part)."""
-
-    IDLE_S = 1.5  # a round's envelopes are all read once the topics are this long quiet
-    BOUND_S = 20.0
-
-    def __init__(self, kafka: str, topics: list[str], starts: dict[tuple[str, int], int]) -> None:
-        """Reads each partition of `topics` from its offset in `starts` (where this invocation's
-        messages begin; the start of a partition not in it)."""
-        self.consumer = consumer(kafka, f"chaos-check-{uuid.uuid4().hex}")
-        self.consumer.assign(
-            [
-                TopicPartition(t, p, starts.get((t, p), OFFSET_BEGINNING))
-                for t in topics
-                for p in range(PARTITIONS)
-            ]
-        )
-        self.by_tenant: dict[str, list[Envelope]] = {}
-        self.unreadable = 0
-
-    def catch_up(self) -> None:
-        deadline = time.monotonic() + self.BOUND_S
-        quiet_since = time.monotonic()
-        while time.monotonic() < deadline and time.monotonic() - quiet_since < self.IDLE_S:
-            msg = self.consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            quiet_since = time.monotonic()
-            try:
-                env = RunEnvelope.decode(msg.value() or b"")
-            except EnvelopeError:
-                self.unreadable += 1
-                continue
-            _kind, produced_ms = msg.timestamp()
-            self.by_tenant.setdefault(env.tenant, []).append(
-                Envelope(
-                    env.run_key,
-                    env.scheduled_at,
-                    env.attempt,
-                    produced_ms,
-                    msg.topic() or "",
-                    msg.partition() or 0,
-                    msg.offset() or 0,
-                )
-            )
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-SKIP_PATIENCE_S = 30.0  # several consumer sessions of the chaos deployment's workers
-
-
-def _committed(probe: Consumer, parts: list[TopicPartition]) -> list[TopicPartition]:
-    """`parts` with the group's committed offsets. A stack just started (or a broker just
-    killed) answers "not coordinator" or "coordinator load in progress" for a while: those are
-    retried until SKIP_PATIENCE_S, anything else raises at once."""
-    deadline = time.monotonic() + SKIP_PATIENCE_S
-    while True:
-        try:
-            return probe.committed(parts, timeout=10)
-        except KafkaException as exc:
-            if not exc.args[0].retriable() or time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
-
-
-def skip_to_ends(
-    kafka: str, group: str, topics: list[str]
-) -> tuple[dict[tuple[str, int], int], int]:
-    """Each existing partition's end on `topics`, committed as `group`'s offset (a group no
-    member has joined: the workers' before any worker of this invocation runs), and how many
-    messages the group had not read."""
-    probe = consumer(kafka, group, **{"enable.auto.commit": False})
-    try:
-        listed = probe.list_topics(timeout=10).topics
-        parts = [
-            TopicPartition(t, p)
-            for t in topics
-            if (meta := listed.get(t)) is not None and meta.error is None
-            for p in meta.partitions
-        ]
-        if not parts:
-            return {}, 0
-        ends = {
-            (tp.topic, tp.partition): probe.get_watermark_offsets(tp, timeout=10)[1] for tp in parts
-        }
-        unread = sum(  # a partition the group never committed reads from its start (0 here)
-            max(0, ends[tp.topic, tp.partition] - max(tp.offset, 0))
-            for tp in _committed(probe, parts)
-        )
-        offsets = [TopicPartition(t, p, end) for (t, p), end in ends.items()]
-        # The broker takes a commit from outside the group only while the group is empty: a
-        # worker of the last invocation that was killed stays a member until its session ends.
-        deadline = time.monotonic() + SKIP_PATIENCE_S
-        while True:
-            try:
-                probe.commit(offsets=offsets, asynchronous=False)
-                return ends, unread
-            except KafkaException as exc:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        "could not move the workers' group past earlier invocations' runs "
-                        f"within {SKIP_PATIENCE_S:.0f} s (does a worker of one still run?): {exc}"
-                    ) from exc
-                time.sleep(1.0)
-    finally:
-        probe.close()
 
 
 class Harness:

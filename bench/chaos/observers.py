@@ -31,7 +31,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 from tickwheel.bench.chaos.checker import OffsetAudit, Takeover
 from tickwheel.clock import now_ms
 from tickwheel.db import DB_ERRORS
-from tickwheel.kafka import consumer, producer
+from tickwheel.kafka.clients import consumer, producer
 from tickwheel.queries import QUERIES
 
 LEADER_POLL_S = 0.1

@@ -26,7 +26,7 @@ from confluent_kafka import TopicPartition
 
 from tickwheel.bench.components import RESULTS
 from tickwheel.config import load_settings
-from tickwheel.kafka import consumer, producer
+from tickwheel.kafka.clients import consumer, producer
 from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.runtime import tune_gc

@@ -36,7 +36,7 @@ from confluent_kafka import ConsumerGroupState, TopicPartition
 
 from tickwheel.bench.components import RESULTS
 from tickwheel.config import load_settings
-from tickwheel.kafka import admin_client, consumer, producer
+from tickwheel.kafka.clients import admin_client, consumer, producer
 from tickwheel.testing import migrate, scratch_database_async, unique_topics
 
 PARTITIONS = 6

@@ -101,7 +101,7 @@ class Demo:
     def run(self, stack: contextlib.ExitStack) -> bool:
         from tickwheel import testing
         from tickwheel.config import load_settings
-        from tickwheel.kafka import create_topics, delete_topics
+        from tickwheel.kafka.admin import create_topics, delete_topics
 
         s = self.settings
         db, drop_database = testing.create_scratch_database(s.effective_dsn, "tickwheel_demo")
@@ -220,7 +220,7 @@ class Demo:
     def _registry_steps(self) -> None:
         import httpx
 
-        from tickwheel.kafka import producer
+        from tickwheel.kafka.clients import producer
 
         env = self.children.env if self.children else None
         out = subprocess.run(
@@ -298,7 +298,7 @@ class Demo:
 
     def _register_mix(self) -> None:
         from tickwheel.clock import format_ms, now_ms
-        from tickwheel.kafka import producer
+        from tickwheel.kafka.clients import producer
 
         record = {"handler": "demo.record"}
         crons = [
@@ -568,7 +568,7 @@ def _ms_of(iso: str | None) -> int | None:
 def _find_rejection(settings: Settings, topic: str, original: bytes) -> str:
     import base64
 
-    from tickwheel.kafka import consumer
+    from tickwheel.kafka.clients import consumer
 
     cons = consumer(
         settings.effective_kafka, f"demo-{uuid.uuid4()}", **{"enable.auto.commit": False}

@@ -291,14 +291,11 @@ def comparison_table(rows: Sequence[Figures]) -> str:
             f"{_cell(row.start_p99_s)} | {row.duplicates} | {row.missing} | "
             f"{_cell(row.cpu_us_per_run, '.0f')} |"
         )
-    ours = next((r for r in rows if r.system == "tickwheel"), None)
-    others = [r for r in rows if r is not ours and r.last_start_s]
-    if ours and ours.last_start_s and others:
-        lines.append("")
-        lines.append(
-            "tickwheel's last start ÷ "
-            + ", ".join(f"{r.system}'s {ours.last_start_s / r.last_start_s:.2f}" for r in others)
-        )
+    ours = next((r.last_start_s for r in rows if r.system == "tickwheel"), None)
+    others = [(r.system, r.last_start_s) for r in rows if r.system != "tickwheel"]
+    ratios = [f"{name}'s {ours / theirs:.2f}" for name, theirs in others if ours and theirs]
+    if ratios:
+        lines += ["", "tickwheel's last start ÷ " + ", ".join(ratios)]
     for row in rows:
         lines.append(f"{row.system}: {row.settings}")
         lines.extend(f"NOTE ({row.system}): {note}" for note in row.notes)

@@ -29,8 +29,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tickwheel.cli_support import Unavailable
 from tickwheel.clock import format_ms
-from tickwheel.envelopes import DeadLetter, EnvelopeError
-from tickwheel.kafka import QUIET, consumer
+from tickwheel.envelopes.dead_letters import DeadLetter
+from tickwheel.envelopes.parsing import EnvelopeError
+from tickwheel.kafka.clients import QUIET, consumer
 
 # The DLQ publisher stamps a message when it produces it; `dead_at` may come from another
 # clock (the worker's or the database's). Seeking this far before `since` and then filtering

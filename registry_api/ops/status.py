@@ -190,7 +190,7 @@ def _read_kafka(
 ) -> tuple[list[TopicBacklog], int, list[WorkerMember], str]:
     from confluent_kafka import TopicPartition
 
-    from tickwheel.kafka import QUIET, admin_client, consumer
+    from tickwheel.kafka.clients import QUIET, admin_client, consumer
 
     run_topics = [topics.runs(p) for p in PRIORITIES]
     # Same group id as the workers, so `committed` reads their offsets; never subscribing

@@ -32,8 +32,8 @@ from kazoo.protocol.connection import _CONNECTION_DROP
 
 from tickwheel.clock import now_ms
 from tickwheel.config import Settings, load_settings
-from tickwheel.envelopes import RunEnvelope
-from tickwheel.kafka import consumer
+from tickwheel.envelopes.run import RunEnvelope
+from tickwheel.kafka.clients import consumer
 from tickwheel.registry_api.document import Limits, parse_document, validate_job
 from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.state import Op

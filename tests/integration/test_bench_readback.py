@@ -9,7 +9,8 @@ from tickwheel.bench.analysis import summarize
 from tickwheel.bench.observe import fetch_runs, run_deliveries
 from tickwheel.bench.scratch import stamp_on_append
 from tickwheel.clock import now_ms
-from tickwheel.kafka import Outgoing, producer, publish_confirmed
+from tickwheel.kafka.clients import producer
+from tickwheel.kafka.producing import Outgoing, publish_confirmed
 from tickwheel.stack import Addresses
 from tickwheel.topics import Topics
 

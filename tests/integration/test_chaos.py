@@ -14,7 +14,8 @@ import pytest
 
 from tickwheel.bench.chaos.checker import VERDICTS
 from tickwheel.bench.chaos.deployment import ZK_SESSION_MS, Ports
-from tickwheel.bench.chaos.harness import Harness, Options, default_jars
+from tickwheel.bench.chaos.harness import Harness
+from tickwheel.bench.chaos.plan import Options, default_jars
 from tickwheel.bench.supervisor import free_ports
 from tickwheel.stack.replicated import ReplicatedPorts
 from tickwheel.stack.zookeeper import ZK_TICK_MS

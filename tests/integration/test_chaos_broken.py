@@ -15,7 +15,8 @@ from tickwheel import broken
 from tickwheel.bench.chaos.checker import VERDICTS
 from tickwheel.bench.chaos.deployment import Deployment, Ports
 from tickwheel.bench.chaos.faults import have_faketime
-from tickwheel.bench.chaos.harness import Harness, Options, default_jars, plan
+from tickwheel.bench.chaos.harness import Harness
+from tickwheel.bench.chaos.plan import Options, default_jars, plan
 from tickwheel.bench.supervisor import free_ports
 
 pytestmark = [

@@ -16,8 +16,9 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from tickwheel.bench.chaos.deployment import PARTITIONS
-from tickwheel.bench.chaos.harness import SKIP_PATIENCE_S, RunTopics, skip_to_ends
-from tickwheel.kafka import consumer, create_topics, delete_topics, producer
+from tickwheel.bench.chaos.run_topics import SKIP_PATIENCE_S, RunTopics, skip_to_ends
+from tickwheel.kafka.admin import create_topics, delete_topics
+from tickwheel.kafka.clients import consumer, producer
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.stack import Addresses
@@ -173,7 +174,7 @@ def test_the_workers_group_and_the_checker_start_past_earlier_messages(stack: Ad
 # A worker of an earlier invocation, killed with -9 while a member of the workers' group.
 _MEMBER = """
 import sys, time
-from tickwheel.kafka import consumer
+from tickwheel.kafka.clients import consumer
 member = consumer(sys.argv[1], sys.argv[2], **{"session.timeout.ms": 6000})
 member.subscribe([sys.argv[3]])
 while not member.assignment():

@@ -31,7 +31,7 @@ from tickwheel.client import (
     NotFound,
 )
 from tickwheel.client.registrar import Outcome, Registrar
-from tickwheel.kafka import create_topics, delete_topics
+from tickwheel.kafka.admin import create_topics, delete_topics
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.testing import read_topic
 from tickwheel.topics import Topics

@@ -17,7 +17,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tickwheel.kafka import admin_client
+from tickwheel.kafka.clients import admin_client
 from tickwheel.stack import Addresses
 
 pytestmark = pytest.mark.integration

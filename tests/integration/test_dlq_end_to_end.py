@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from tickwheel.domain import RegistrationOp
-from tickwheel.envelopes import DeadLetter
+from tickwheel.envelopes.dead_letters import DeadLetter
 from tickwheel.registry_api.on_demand import TriggerRequest
 from tickwheel.registry_api.ops.dlq import read_dead_letters
 from tickwheel.registry_api.state import Op

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from tickwheel.config import load_settings
-from tickwheel.kafka import consumer
+from tickwheel.kafka.clients import consumer
 from tickwheel.registry_api.service import intake_group
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.signatures import SIGNATURE_HEADER, sign
@@ -285,10 +285,12 @@ async def test_crash_before_offsets_loses_nothing_and_applies_nothing_twice(
 class _PoisonedStore(RegistryStore):
     """A real store whose database refuses any batch holding the job `poison` (a data error)."""
 
-    async def apply(self, ops: Any) -> Any:
+    async def apply(self, ops: Any, *args: Any, **kwargs: Any) -> Any:
+        # The intake's call (ops, plan) and its op-by-op retries reach here: the data error,
+        # not a TypeError from this double, is what sends the batch op by op.
         if any(op.job_id == "poison" for op in ops):
             raise asyncpg.DataError("value refused by the database")
-        return await super().apply(ops)
+        return await super().apply(ops, *args, **kwargs)
 
 
 async def test_a_batch_refused_by_the_database_rejects_only_the_culprit(

@@ -32,7 +32,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tickwheel.config import Settings, load_settings
-from tickwheel.kafka import PRODUCER_MESSAGE_MAX_BYTES
+from tickwheel.kafka.producing import PRODUCER_MESSAGE_MAX_BYTES
 from tickwheel.registry_api.document import VERSION_MAX
 from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.service import intake_group, limits_of, make_intake

@@ -27,8 +27,9 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tickwheel.cli import main
 from tickwheel.clock import now_ms
-from tickwheel.envelopes import DeadLetter, RunEnvelope
-from tickwheel.kafka import admin_client, producer
+from tickwheel.envelopes.dead_letters import DeadLetter
+from tickwheel.envelopes.run import RunEnvelope
+from tickwheel.kafka.clients import admin_client, producer
 from tickwheel.registry_api.document import Limits, parse_document, validate_job
 from tickwheel.registry_api.state import Op
 from tickwheel.registry_api.store import RegistryStore

@@ -10,7 +10,7 @@ import pytest
 
 from tickwheel.clock import now_ms
 from tickwheel.domain import Priority
-from tickwheel.kafka import producer
+from tickwheel.kafka.clients import producer
 from tickwheel.shards.outbox import Outbox
 from tickwheel.shards.store import Dead, Dispatch
 from tickwheel.stack import Addresses

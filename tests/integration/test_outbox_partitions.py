@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 
 from tickwheel.clock import now_ms
 from tickwheel.domain import Priority, parse_run_key
-from tickwheel.kafka import producer
+from tickwheel.kafka.clients import producer
 from tickwheel.shards import outbox as outbox_module
 from tickwheel.shards.outbox import Outbox
 from tickwheel.shards.store import Dispatch

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from tickwheel.bench.supervisor import free_port
-from tickwheel.kafka import producer
+from tickwheel.kafka.clients import producer
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.signatures import sign
 

@@ -14,7 +14,8 @@ from confluent_kafka.admin import (
     ConfigResource,
 )
 
-from tickwheel.kafka import ONLY_ERROR_REPORTS, Outgoing, producer, publish_confirmed
+from tickwheel.kafka.clients import producer
+from tickwheel.kafka.producing import ONLY_ERROR_REPORTS, Outgoing, publish_confirmed
 from tickwheel.stack import Addresses
 from tickwheel.testing import read_topic
 from tickwheel.topics import Topics

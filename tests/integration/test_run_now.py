@@ -22,8 +22,8 @@ import pytest
 
 from tickwheel.clock import datetime_to_ms, format_ms, now_ms
 from tickwheel.domain import run_key
-from tickwheel.envelopes import Rejection
-from tickwheel.kafka import consumer, producer
+from tickwheel.envelopes.registrations import Rejection
+from tickwheel.kafka.clients import consumer, producer
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.on_demand import RunLimits

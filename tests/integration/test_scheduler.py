@@ -15,7 +15,8 @@ import pytest
 
 from tickwheel.clock import format_ms, now_ms
 from tickwheel.domain import PRIORITIES, job_key, run_key
-from tickwheel.envelopes import DeadLetter, RunEnvelope
+from tickwheel.envelopes.dead_letters import DeadLetter
+from tickwheel.envelopes.run import RunEnvelope
 from tickwheel.run_seal import RunSeal
 from tickwheel.sharding import shard_of
 from tickwheel.testing import drain

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from kazoo.client import KazooClient
 
-from tickwheel.kafka import consumer, producer
+from tickwheel.kafka.clients import consumer, producer
 from tickwheel.stack import Addresses, DevStack
 from tickwheel.stack.procs import cmdline, read_pid
 from tickwheel.topics import Topics

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from tickwheel.bench.components.run_path_b import default_schema
+from tickwheel.bench.components.run_path_b_guards import check
 from tickwheel.bench.components.statements import _round
-from tickwheel.bench.components.statements_b import Sizes, _b_round, _check, default_schema
+from tickwheel.bench.components.statements_b import Sizes, _b_round
 from tickwheel.stack import Addresses
 
 pytestmark = pytest.mark.integration
@@ -18,7 +20,7 @@ JOBS = 640
 async def test_b_statements_keep_their_guards(stack: Addresses) -> None:
     """on 2,000 jobs: stale epochs and owners, edited and paused jobs, repeated claims, repeated
     and late results claim or write nothing; the open check and the plans are as designed"""
-    assert await _check(stack.dsn, 2000, [default_schema()]) == 0
+    assert await check(stack.dsn, 2000, [default_schema()]) == 0
 
 
 async def test_b_round_claims_checks_and_writes_every_run(stack: Addresses) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from tickwheel.clock import now_ms
 from tickwheel.domain import RegistrationOp
-from tickwheel.kafka import producer
+from tickwheel.kafka.clients import producer
 from tickwheel.registry_api.document import Limits, parse_document, validate_job
 from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.metrics import Metrics

@@ -15,8 +15,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tickwheel import handler
-from tickwheel.envelopes import EnvelopeError, RunEnvelope, UnreadableRun
-from tickwheel.kafka import PRODUCER_MESSAGE_MAX_BYTES
+from tickwheel.envelopes.dead_letters import UnreadableRun
+from tickwheel.envelopes.parsing import EnvelopeError
+from tickwheel.envelopes.run import RunEnvelope
+from tickwheel.kafka.producing import PRODUCER_MESSAGE_MAX_BYTES
 from tickwheel.stack import Addresses
 from tickwheel.testing import produce
 from tickwheel.topics import Topics

@@ -26,8 +26,8 @@ from confluent_kafka import ConsumerGroupState
 
 from tickwheel import broken, handler
 from tickwheel.deployment import worker_group
-from tickwheel.envelopes import AGAIN_HEADER
-from tickwheel.kafka import admin_client, producer
+from tickwheel.envelopes.run import AGAIN_HEADER
+from tickwheel.kafka.clients import admin_client, producer
 from tickwheel.run_seal import SEAL_HEADER, RunSeal
 from tickwheel.stack import Addresses
 from tickwheel.topics import Topics

@@ -14,7 +14,7 @@ import logging
 import pytest
 
 from tickwheel.deployment import worker_group
-from tickwheel.envelopes import UnreadableRun
+from tickwheel.envelopes.dead_letters import UnreadableRun
 from tickwheel.stack import Addresses
 from tickwheel.testing import produce
 from tickwheel.topics import Topics

@@ -42,8 +42,9 @@ from tickwheel.config import Settings, load_settings
 from tickwheel.crash_points import FAULT_EXIT_CODE
 from tickwheel.deployment import worker_group
 from tickwheel.domain import PRIORITIES, run_key
-from tickwheel.envelopes import AGAIN_HEADER, DeadLetter, RunEnvelope, UnreadableRun
-from tickwheel.kafka import admin_client, producer
+from tickwheel.envelopes.dead_letters import DeadLetter, UnreadableRun
+from tickwheel.envelopes.run import AGAIN_HEADER, RunEnvelope
+from tickwheel.kafka.clients import admin_client, producer
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.store import RegistryStore

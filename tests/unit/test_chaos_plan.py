@@ -9,7 +9,7 @@ import pytest
 
 from tickwheel.bench.chaos.deployment import REPLICATED, SINGLE, Deployment, Ports
 from tickwheel.bench.chaos.faults import DEFAULT_KINDS, FAULTS
-from tickwheel.bench.chaos.harness import Options, plan
+from tickwheel.bench.chaos.plan import Options, plan
 from tickwheel.bench.chaos.workload import dst_jobs, fold_at, make_workload
 from tickwheel.bench.ledger import read_executions
 from tickwheel.domain import run_key

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tickwheel.kafka import ContiguousOffsets
+from tickwheel.kafka.offsets import ContiguousOffsets
 
 pytestmark = pytest.mark.unit
 

@@ -11,20 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tickwheel.envelopes import (
-    REJECTION_REASON_MAX_CHARS,
-    DeadLetter,
-    EnvelopeError,
-    Registration,
-    Rejection,
-    RunEnvelope,
-    UnreadableRun,
-    encode_run,
-    has_long_digit_run,
-    loads_exact,
-    parse_run_key,
-    run_key,
-)
+from tickwheel.domain import run_key
+from tickwheel.envelopes.dead_letters import DeadLetter, UnreadableRun
+from tickwheel.envelopes.parsing import EnvelopeError, has_long_digit_run, loads_exact
+from tickwheel.envelopes.registrations import REJECTION_REASON_MAX_CHARS, Registration, Rejection
+from tickwheel.envelopes.run import RunEnvelope, encode_run, parse_run_key
 from tickwheel.topics import Topics
 
 pytestmark = pytest.mark.unit

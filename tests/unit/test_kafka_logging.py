@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tickwheel.kafka import LIBRDKAFKA_LOGGER, admin_client, consumer, producer
+from tickwheel.kafka.clients import LIBRDKAFKA_LOGGER, admin_client, consumer, producer
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from tickwheel.clock import format_ms
-from tickwheel.envelopes import EnvelopeError, Registration, RunEnvelope
+from tickwheel.envelopes.parsing import EnvelopeError
+from tickwheel.envelopes.registrations import Registration
+from tickwheel.envelopes.run import RunEnvelope
 from tickwheel.registry_api import on_demand
 from tickwheel.registry_api.document import JobValidationError
 from tickwheel.registry_api.on_demand import (

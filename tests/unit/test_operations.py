@@ -7,7 +7,8 @@ from click.testing import CliRunner
 
 from tickwheel.cli import main
 from tickwheel.cli_support import BadInput, table
-from tickwheel.envelopes import DeadLetter, RunEnvelope
+from tickwheel.envelopes.dead_letters import DeadLetter
+from tickwheel.envelopes.run import RunEnvelope
 from tickwheel.registry_api.ops.dlq import DlqFilter, Letter, select
 from tickwheel.registry_api.ops.forms import parse_job_key, parse_rate, parse_since
 from tickwheel.registry_api.replay import (

@@ -7,8 +7,9 @@ import pytest
 from asyncpg.exceptions._base import DataError as ClientDataError
 
 from tickwheel.db import is_data_error
-from tickwheel.kafka import PublishError
-from tickwheel.registry_api.intake import refusal, retryable
+from tickwheel.kafka.producing import PublishError
+from tickwheel.registry_api.admission import refusal
+from tickwheel.registry_api.intake import retryable
 from tickwheel.registry_api.state import Op, Outcome, StoredJob
 from tickwheel.registry_api.store import Applied
 

@@ -9,8 +9,8 @@ import pytest
 
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import Limits, parse_document, validate_job
+from tickwheel.registry_api.rows import row_tuple
 from tickwheel.registry_api.state import StoredJob
-from tickwheel.registry_api.store import _row_tuple
 
 pytestmark = pytest.mark.unit
 
@@ -42,7 +42,7 @@ def test_each_staged_value_lands_in_its_named_column() -> None:
     limits = Limits(target_allowlist=("https://hooks.acme.test/jobs",))
     spec = validate_job("acme", doc, limits, NOW)
     job = StoredJob("acme", "invoice-42", spec.stored_document, "paused", 3, 123, 4, 56, spec)
-    row = dict(zip(_stage_columns(), _row_tuple(job, spec, 2), strict=True))
+    row = dict(zip(_stage_columns(), row_tuple(job, spec, 2), strict=True))
     assert row == {
         "tenant": "acme",
         "job_id": "invoice-42",

@@ -15,16 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from tickwheel import envelopes
 from tickwheel.domain import ATTEMPT_MAX, PRIORITIES, TENANT_PATTERN, RegistrationOp, RunOrigin
-from tickwheel.envelopes import (
-    DeadLetter,
-    EnvelopeError,
-    Registration,
-    Rejection,
-    RunEnvelope,
-    UnreadableRun,
-)
+from tickwheel.envelopes.dead_letters import DeadLetter, UnreadableRun
+from tickwheel.envelopes.parsing import EnvelopeError
+from tickwheel.envelopes.registrations import REJECTION_REASON_MAX_CHARS, Registration, Rejection
+from tickwheel.envelopes.run import RunEnvelope
 from tickwheel.registry_api.document import check_version, parse_document
 from tickwheel.schedule.cron import MAX_AFTER_MS, MIN_AFTER_MS
 from tickwheel.signatures import sign
@@ -142,7 +137,7 @@ def test_the_schemas_state_what_the_code_holds_elsewhere() -> None:
     registration schema covers every op of the domain."""
     migration = (ROOT / "tickwheel/sql/migrations/0001_init.sql").read_text()
     assert f"name ~ '{TENANT_PATTERN}'" in migration
-    assert messages.REASON_MAX_CHARS == envelopes.REJECTION_REASON_MAX_CHARS
+    assert messages.REASON_MAX_CHARS == REJECTION_REASON_MAX_CHARS
     ops = {
         variant["properties"]["op"]["const"]
         for variant in _schema("registration")["$defs"].values()

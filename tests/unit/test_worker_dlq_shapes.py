@@ -10,7 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from tickwheel.cli import main
-from tickwheel.envelopes import DeadLetter, EnvelopeError, RunEnvelope, UnreadableRun
+from tickwheel.envelopes.dead_letters import DeadLetter, UnreadableRun
+from tickwheel.envelopes.parsing import EnvelopeError
+from tickwheel.envelopes.run import RunEnvelope
 
 pytestmark = pytest.mark.unit
 

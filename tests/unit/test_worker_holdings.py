@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from tickwheel.clock import now_ms
-from tickwheel.envelopes import RunEnvelope
+from tickwheel.envelopes.run import RunEnvelope
 from tickwheel.stall import Underway
 from tickwheel.workers.deliveries import Delivery
 from tickwheel.workers.holdings import FINISHED_MARK_AFTER_MS, Holdings

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from tickwheel.kafka import ContiguousOffsets
+from tickwheel.kafka.offsets import ContiguousOffsets
 from tickwheel.topics import Topics
 from tickwheel.workers.deliveries import Queues
 from tickwheel.workers.fetch import Fetcher

@@ -41,8 +41,9 @@ from confluent_kafka import (
 
 from tickwheel.clock import now_ms
 from tickwheel.domain import RegistrationOp
-from tickwheel.envelopes import EnvelopeError, Registration, Rejection
-from tickwheel.kafka import QUIET, admin_client, consumer, producer
+from tickwheel.envelopes.parsing import EnvelopeError
+from tickwheel.envelopes.registrations import Registration, Rejection
+from tickwheel.kafka.clients import QUIET, admin_client, consumer, producer
 from tickwheel.signatures import sign
 from tickwheel.topics import Topics
 from tickwheel.wire.job import VERSION_MAX, JobDocument

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 
 from tickwheel.config import Settings
-from tickwheel.kafka import create_topics
+from tickwheel.kafka.admin import create_topics
 from tickwheel.stack.addresses import Addresses
 from tickwheel.topics import Topics
 

@@ -227,7 +227,8 @@ def new_cluster_id() -> str:
 
 def probe_kafka(bootstrap: str, round_trip_topic: str | None = None) -> str | None:
     """None when metadata answers (and, given a topic, a produced message is consumed back)."""
-    from tickwheel.kafka import admin_client, round_trip
+    from tickwheel.kafka.admin import round_trip
+    from tickwheel.kafka.clients import admin_client
 
     try:
         md = admin_client(bootstrap, quiet=True).list_topics(timeout=HEALTH_PROBE_TIMEOUT_S)

@@ -179,7 +179,7 @@ class ReplicatedStack:
         self._wait("postgres", lambda: probe_postgres(self.node_dsn(self.primary)), 60)
         self.build_standby()
         self._wait("kafka", lambda: self.kafka_problem(), KAFKA_START_TIMEOUT_S)
-        from tickwheel.kafka import create_topics
+        from tickwheel.kafka.admin import create_topics
 
         create_topics(
             self.kafka, [*self.topics.all(), self.topics.health], self.s.topic_partitions, NODES
@@ -190,7 +190,7 @@ class ReplicatedStack:
         """None once broker `node_id` answers on its own port and every partition of the
         stack's topics has all its replicas in sync again (a restarted or continued broker
         has caught up); else what is still missing."""
-        from tickwheel.kafka import admin_client
+        from tickwheel.kafka.clients import admin_client
 
         problem = probe_kafka(f"127.0.0.1:{self.brokers[node_id].port}")
         if problem is not None:
@@ -209,7 +209,7 @@ class ReplicatedStack:
         problem = probe_kafka(self.kafka)
         if problem is not None:
             return problem
-        from tickwheel.kafka import admin_client
+        from tickwheel.kafka.clients import admin_client
 
         brokers = admin_client(self.kafka, quiet=True).list_topics(timeout=5).brokers
         return None if len(brokers) == NODES else f"{len(brokers)} of {NODES} brokers registered"
@@ -276,7 +276,7 @@ class ReplicatedStack:
 
     def partition_leaders(self, topics: Iterable[str]) -> Counter[int]:
         """How many partitions of `topics` each broker leads (node id → count)."""
-        from tickwheel.kafka import admin_client
+        from tickwheel.kafka.clients import admin_client
 
         md = admin_client(self.kafka, quiet=True).list_topics(timeout=10)
         counts: Counter[int] = Counter()

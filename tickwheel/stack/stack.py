@@ -99,7 +99,7 @@ class DevStack:
         self._await_health(
             "postgres", lambda: probe_postgres(self.s.effective_dsn), PG_START_TIMEOUT_S
         )
-        from tickwheel.kafka import create_topics
+        from tickwheel.kafka.admin import create_topics
 
         create_topics(
             self.s.effective_kafka,

@@ -28,7 +28,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, RootModel
 
 from tickwheel.domain import ATTEMPT_MAX, INSTANT_MAX_MS, INSTANT_MIN_MS, TENANT_PATTERN
-from tickwheel.envelopes import INT64_MAX, TEXT_MAX_CHARS
+from tickwheel.envelopes.reports import TEXT_MAX_CHARS
+from tickwheel.envelopes.run import INT64_MAX
 from tickwheel.signatures import FORM_2, PREFIX_CHARS, SIGNATURE_HEADER
 from tickwheel.wire.job import (
     HANDLER_PATTERN,
@@ -54,7 +55,7 @@ __all__ = [
 RUN_KEY_PATTERN = r"^[A-Za-z0-9._-]{1,64}/[A-Za-z0-9._:-]{1,128}@-?[0-9]+$"
 IDEMPOTENCY_KEY_MAX_CHARS = 255  # as the HTTP trigger's Idempotency-Key header
 INSTANT_MAX_CHARS = 64  # an ISO-8601 instant of a backfill's range, as the HTTP body's
-REASON_MAX_CHARS = TEXT_MAX_CHARS  # a report's free text is cut to this (envelopes.cut_text)
+REASON_MAX_CHARS = TEXT_MAX_CHARS  # a report's free text is cut to this (reports.cut_text)
 SHA256_HEX = r"^[0-9a-f]{64}$"
 # Canonical base64 with padding (RFC 4648 §3.5: the unused bits of the last character are zero),
 # as every standard encoder writes it: one byte string has exactly one form.

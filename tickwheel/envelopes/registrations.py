@@ -1,0 +1,159 @@
+"""The registration topics (DESIGN §5): `Registration`, a message on `registrations` (an
+upsert, pause, resume, delete, trigger or backfill), and `Rejection`, what the intake puts on
+`registrations.rejected` for one it could not apply, built to fit one message (`fitted`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from tickwheel.domain import RegistrationOp
+from tickwheel.envelopes.parsing import EnvelopeError, loads_object, take
+from tickwheel.envelopes.reports import (
+    TEXT_MAX_CHARS,
+    cut_text,
+    fit_original,
+    quote_original,
+    unquote_original,
+)
+
+REGISTRATION_OPS = tuple(op.value for op in RegistrationOp)
+REJECTION_REASON_MAX_CHARS = TEXT_MAX_CHARS  # its name where rejections are concerned
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A message on `registrations`: upsert carries a job document, the others an id.
+
+    `trigger` may carry an `idempotency_key` (without one, the message's source position is
+    its key, so a redelivery starts nothing); `backfill` carries `from` and `to` (ISO-8601
+    instants, checked by the registry). Neither takes a `version`: they change no job.
+    """
+
+    op: str
+    tenant: str
+    job: dict[str, Any] | None = None
+    id: str | None = None
+    version: int | None = None
+    idempotency_key: str | None = None  # trigger only
+    window_from: str | None = None  # backfill only: the message's "from"
+    window_to: str | None = None  # backfill only: the message's "to"
+
+    def __post_init__(self) -> None:
+        if self.op not in REGISTRATION_OPS:
+            raise EnvelopeError(f"field 'op' must be one of {', '.join(REGISTRATION_OPS)}")
+        if self.op == RegistrationOp.UPSERT and self.job is None:
+            raise EnvelopeError("field 'job' is missing (op 'upsert' carries the job document)")
+        if self.op != RegistrationOp.UPSERT and self.id is None:
+            raise EnvelopeError(f"field 'id' is missing (op {self.op!r} names a job by id)")
+        on_demand = self.op in (RegistrationOp.TRIGGER, RegistrationOp.BACKFILL)
+        if on_demand and self.version is not None:
+            raise EnvelopeError(f"field 'version' does not apply to op {self.op!r}")
+        if self.idempotency_key is not None and self.op != RegistrationOp.TRIGGER:
+            raise EnvelopeError("field 'idempotency_key' applies to op 'trigger' only")
+        if self.op == RegistrationOp.BACKFILL:
+            for name, value in (("from", self.window_from), ("to", self.window_to)):
+                if value is None:
+                    raise EnvelopeError(
+                        f"field {name!r} is missing (op 'backfill' carries the range "
+                        "[from, to) as ISO-8601 instants)"
+                    )
+        elif self.window_from is not None or self.window_to is not None:
+            raise EnvelopeError("fields 'from' and 'to' apply to op 'backfill' only")
+
+    @property
+    def job_id(self) -> str | None:
+        if self.job is not None:
+            ident = self.job.get("id")
+            return ident if isinstance(ident, str) else None
+        return self.id
+
+    def encode(self) -> bytes:
+        body: dict[str, Any] = {"op": self.op, "tenant": self.tenant}
+        if self.job is not None:
+            body["job"] = self.job
+        if self.id is not None:
+            body["id"] = self.id
+        if self.version is not None:
+            body["version"] = self.version
+        if self.idempotency_key is not None:
+            body["idempotency_key"] = self.idempotency_key
+        if self.window_from is not None:
+            body["from"] = self.window_from
+        if self.window_to is not None:
+            body["to"] = self.window_to
+        return orjson.dumps(body)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Registration:
+        obj = loads_object(raw)
+        return cls(
+            op=take(obj, "op", str),
+            tenant=take(obj, "tenant", str),
+            job=take(obj, "job", dict, optional=True),
+            id=take(obj, "id", str, optional=True),
+            version=take(obj, "version", int, optional=True),
+            idempotency_key=take(obj, "idempotency_key", str, optional=True),
+            window_from=take(obj, "from", str, optional=True),
+            window_to=take(obj, "to", str, optional=True),
+        )
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """What `registrations.rejected` holds: the reason, where it came from, the original bytes.
+
+    `original` is the message exactly as received, unless it would not fit in one message
+    beside the reason: then it is the message's first bytes, `truncated` is true, and
+    `original_size` (bytes) and `original_sha256` (hex) describe the whole message. `fitted`
+    builds a rejection that always fits (DESIGN I7).
+    """
+
+    reason: str
+    partition: int
+    offset: int
+    original: bytes = field(repr=False)
+    original_size: int | None = None  # bytes of the whole message; set when truncated
+    original_sha256: str | None = None  # hex SHA-256 of the whole message; set when truncated
+    truncated: bool = False
+
+    @classmethod
+    def fitted(
+        cls, reason: str, partition: int, offset: int, original: bytes, max_bytes: int
+    ) -> Rejection:
+        """A rejection whose encoding is at most `max_bytes`: the reason cut to
+        REJECTION_REASON_MAX_CHARS, the original cut (with its size and digest) if need be."""
+        reason = cut_text(reason, REJECTION_REASON_MAX_CHARS)
+        return fit_original(
+            lambda cut, size, digest: cls(
+                reason, partition, offset, cut, size, digest, truncated=size is not None
+            ),
+            original,
+            max_bytes,
+        )
+
+    def encode(self) -> bytes:
+        body: dict[str, Any] = {
+            "reason": self.reason,
+            "source": {"partition": self.partition, "offset": self.offset},
+        }
+        quote_original(body, self.original, self.original_size, self.original_sha256)
+        return orjson.dumps(body)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Rejection:
+        obj = loads_object(raw)
+        source = take(obj, "source", dict)
+        original, size, digest, truncated = unquote_original(obj)
+        return cls(
+            reason=take(obj, "reason", str),
+            partition=take(source, "partition", int),
+            offset=take(source, "offset", int),
+            original=original,
+            original_size=size,
+            original_sha256=digest,
+            truncated=truncated,
+        )
