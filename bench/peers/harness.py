@@ -51,6 +51,8 @@ class Figures:
     cpu_us_per_run: float | None
     settings: str
     notes: list[str] = field(default_factory=list)
+    published_max_s: float | None = None  # tickwheel and the floor: the last message's append
+    completed_max_s: float | None = None  # tickwheel: the last result written
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,6 +67,8 @@ class Figures:
             "machine_cpu_us_per_run": self.cpu_us_per_run,
             "settings": self.settings,
             "notes": self.notes,
+            "published_max_s": self.published_max_s,
+            "completed_max_s": self.completed_max_s,
         }
 
 
@@ -250,6 +254,8 @@ def tickwheel_figures(burst: dict[str, Any], version: str, settings: str) -> Fig
         cpu_us_per_run=round(cpu * 1e6 / jobs),
         settings=settings,
         notes=list(burst.get("notes", [])),
+        published_max_s=burst["published_max_s"],
+        completed_max_s=burst["completed_max_s"],
     )
 
 
@@ -269,6 +275,8 @@ def floor_figures(floor: dict[str, Any]) -> Figures:
         cpu_us_per_run=round(floor["cpu_seconds_t0_to_done"]["whole_machine"] * 1e6 / jobs),
         settings="the design's least work: claim 5,000 per statement, 1 message per run, "
         "results 500 per statement (completions)",
+        published_max_s=floor["published_max_s"],
+        completed_max_s=floor["completed_max_s"],
     )
 
 
@@ -298,5 +306,10 @@ def comparison_table(rows: Sequence[Figures]) -> str:
         lines += ["", "tickwheel's last start ÷ " + ", ".join(ratios)]
     for row in rows:
         lines.append(f"{row.system}: {row.settings}")
+        if row.published_max_s is not None:
+            lines.append(
+                f"{row.system}: published max {_cell(row.published_max_s)} s, "
+                f"completed max {_cell(row.completed_max_s)} s"
+            )
         lines.extend(f"NOTE ({row.system}): {note}" for note in row.notes)
     return "\n".join(lines)

@@ -58,13 +58,15 @@ def test_a_run_with_no_start_has_no_times() -> None:
 def test_tickwheel_and_floor_lines_come_from_the_hot_seconds_figures() -> None:
     burst = {
         "jobs": 1000, "started_max_s": 4.0, "started_p50_s": 2.0, "started_p99_s": 3.9,
-        "duplicates": 0, "lost": 2, "notes": ["late"],
+        "duplicates": 0, "lost": 2, "notes": ["late"], "published_max_s": 3.5,
+        "completed_max_s": 6.0,
         "cpu_seconds_t0_to_done": {"scheduler": 0.05, "worker": 0.05, "rest_of_machine": 0.1},
     }  # fmt: skip
     ours = tickwheel_figures(burst, "0.1.0", "defaults")
     assert (ours.last_start_s, ours.missing, ours.cpu_us_per_run) == (4.0, 2, 200)
     floor = floor_figures(
         {"jobs": 1000, "completed_max_s": 2.0, "completed_p50_s": 1.0, "completed_p99_s": 1.9,
+         "published_max_s": 1.5,
          "completed_count": 1000, "cpu_seconds_t0_to_done": {"whole_machine": 0.04}}
     )  # fmt: skip
     assert (floor.last_start_s, floor.missing, floor.cpu_us_per_run) == (2.0, 0, 40)
@@ -72,6 +74,7 @@ def test_tickwheel_and_floor_lines_come_from_the_hot_seconds_figures() -> None:
     assert "| tickwheel 0.1.0 | 4.00 | 2.00 | 3.90 | 0 | 2 | 200 |" in table
     assert "tickwheel's last start ÷ floor's 2.00" in table
     assert "NOTE (tickwheel): late" in table
+    assert "tickwheel: published max 3.50 s, completed max 6.00 s" in table
 
 
 def test_a_system_without_a_last_start_gets_no_ratio() -> None:
