@@ -103,8 +103,7 @@ WHERE tenant = $1 AND job_id = ANY($2::text[]) AND status <> 'deleted'
 -- chaos_retire_earlier --
 -- What earlier invocations left on a kept `--dir`, retired before this one's processes start.
 -- An invocation interrupted mid-round never deleted its round's every-second cron jobs: the
--- next one's leaders fired them, and their runs flooded its rounds (docs/RELIABILITY.md,
--- session 15). Every chaos tenant's (the harness names them `s<seed>t<n>r<round>` and
+-- next one's leaders fired them, and their runs flooded its rounds (D-262). Every chaos tenant's (the harness names them `s<seed>t<n>r<round>` and
 -- `s<seed>t<n>warm`; nothing of this invocation exists yet) jobs still scheduled are deleted as
 -- the registry deletes, and its unfinished runs end `skipped` (a worker still holding one is
 -- fenced out by the status). Returns how many of each.

@@ -96,8 +96,8 @@ WHERE host = $1::text
 -- The capped tenants and their cap: the workers' cache, refreshed every few seconds. Their
 -- runs running now come from `tenant_caps_running`, asked only when some tenant is capped.
 -- (As one statement with the count as a correlated subquery on a status parameter, the
--- workers' generic plan took ~2 s per call with no tenant capped during a hot second, 32
--- calls costing more Postgres time than the leaders' claims: docs/BENCHMARKS.md.)
+-- workers' generic plan took ~2 s per call with no tenant capped during a hot second:
+-- journal/hot-second.md, *A regression the merges brought*.)
 SELECT name, max_running FROM tenants WHERE max_running IS NOT NULL
 
 -- tenant_caps_running --

@@ -95,9 +95,8 @@ WHERE j.shard_id = $1 AND j.status = 'active'
 -- The full reload's first read (shards/leader.py `_resync`, the safety net): a shard's active
 -- jobs due before $2, each only as its (version, next_run_at). The leader reads in full
 -- (`jobs_by_keys`) only the jobs whose pair its wheel does not already hold, instead of
--- decoding every loaded job again on the event loop all leaders share (~23,000 per leader
--- under the steady benchmark: 64 ms of Python against 16, the records' decoding aside;
--- docs/BENCHMARKS.md). Postgres still visits every row of the horizon.
+-- decoding every loaded job again on the event loop all leaders share (D-115). Postgres still
+-- visits every row of the horizon.
 SELECT j.tenant, j.job_id, j.version,
        (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at
 FROM jobs j
@@ -134,8 +133,7 @@ WHERE r.shard_id = $1 AND r.status = 'retrying'
 -- One probe of job_runs_lease per shard of $2 (every shard): the runs in flight only. Written
 -- as a loop over the shards so that no plan but that index can serve it: as one scan, a day
 -- partition analysed while its runs were pending had the planner read every run of the
--- tenant by the primary key instead (120 ms for a tenant with 200,000 runs that day, against
--- 7 ms for this form on the same stale statistics, 5,000 pending).
+-- tenant by the primary key instead (D-119).
 SELECT r.tenant, count(*)::integer AS unstarted
 FROM unnest($2::integer[]) AS s(shard)
 CROSS JOIN LATERAL (
@@ -269,7 +267,7 @@ WHERE j.tenant = p.tenant AND j.job_id = p.job_id
 -- harmless: the worker's claim matches one delivery (I4).
 -- A run another transaction holds (a worker claiming the previous leader's envelope) is
 -- skipped, as by the sweeps (`sweep_republish`): waiting deadlocked with workers' batches
--- (docs/RELIABILITY.md, session 16). The leader goes on adopting at its next sweeps while
+-- (D-145). The leader goes on adopting at its next sweeps while
 -- `shard_has_unadopted` finds such a run still pending.
 --   $1 shard  $2 epoch  $3 lease ms  $4 batch limit
 WITH stale AS (

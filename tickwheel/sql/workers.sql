@@ -9,8 +9,7 @@
 -- as literals. With literals the planner may read every run in flight through a partial index
 -- whose predicate they imply (job_runs_lease, job_runs_overlap) and compare each with the
 -- batch, and it does so whenever the day's partition was analysed while few runs were in
--- flight, which is the normal state when a burst starts: a claim of 16 runs then cost ~1 ms
--- of Postgres CPU per run instead of 40 µs (docs/BENCHMARKS.md). A parameter implies no index
+-- flight, which is the normal state when a burst starts (D-168). A parameter implies no index
 -- predicate, so the batch's key lookups on the primary key stay the only cheap plan.
 
 -- worker_claim --
@@ -64,7 +63,7 @@ LEFT JOIN jobs j ON j.tenant = c.tenant AND j.job_id = c.job_id
 -- `worker_claim` for deliveries whose seal opened (tickwheel/run_seal.py): what runs is the
 -- envelope's content, which the leader built from the job's row in the transaction that created
 -- the run, so the job's row is not read here — the claim is the run row's UPDATE alone (the
--- join cost a third of the claim's Postgres time, docs/BENCHMARKS.md). The job's backoff, needed
+-- join cost a third of the claim's Postgres time, D-142). The job's backoff, needed
 -- only by a failed attempt, is read then (`job_backoffs`). Same parameters as `worker_claim`;
 -- the columns are its first six.
 WITH wanted AS (
