@@ -118,11 +118,10 @@ async def floor_connection(dsn: str) -> asyncpg.Connection:
     """A session of the floor's (its claimer's and each consumer's): key lookups only, as
     tickwheel's workers'. Left to itself the planner reaches the rows a statement names by a
     scan of the whole table: the claim joined its 5,000 due jobs with `floor_jobs` by a hash
-    join over a scan of every job, at every size tried from 20,000 to 1,000,000 (one scan costs
-    less than 5,000 index probes in its model), 241 ms per claim at 1,000,000 jobs instead of
-    72-80 ms through the primary key (docs/BENCHMARKS.md, session 23); the result write, with
-    statistics taken while the table was empty, scanned every run for each batch (two of five
-    runs took several times longer)."""
+    join over a scan of every job, at every size tried (one scan costs less than 5,000 index
+    probes in its model), three times as slow as through the primary key at 1,000,000 jobs
+    (D-233); the result write, with statistics taken while the table was empty, scanned every
+    run for each batch (two of five runs took several times longer)."""
     return await asyncpg.connect(dsn, server_settings=KEYED_LOOKUPS)
 
 

@@ -11,7 +11,7 @@ The fold and the COPY rows cost the intake about as much Python time as Postgres
 batch, and inside the transaction the two run one after the other. So the intake folds each
 batch ahead, on its validation thread while the previous batch is in the database, as if none
 of its jobs existed (`plan_new`); the transaction uses that plan only if its lock query finds
-none of them, and folds as above otherwise (docs/BENCHMARKS.md, registration intake).
+none of them, and folds as above otherwise (D-076).
 
 The tenants' quotas (quotas.py) are decided in the same fold and transaction: after the jobs'
 rows, the batch locks the quota rows of its tenants that have a quota (`tenant_quotas_lock`),

@@ -1,10 +1,9 @@
 """The claims of a process's leaders, combined: one statement for every claim made meanwhile.
 
 Each of a process's 64 leaders claims what has come due on its shard as soon as its loop sees
-it, so under steady load every claim is a few runs: at 5,000 runs/s the leaders made ~970
-claim statements a second of ~5 runs each, and a statement's own cost (its round trip, the
-fence, the commit, the event loop's work around it) outweighed its rows' (docs/BENCHMARKS.md,
-session 19). `ClaimCombiner.claim` sends a leader's claim at once when fewer than
+it, so under steady load every claim is a few runs, and a statement's own cost (its round
+trip, the fence, the commit, the event loop's work around it) outweighed its rows'
+(D-123). `ClaimCombiner.claim` sends a leader's claim at once when fewer than
 `MAX_IN_FLIGHT` statements are under way; otherwise it waits for one to end, and the next
 statement carries every claim that waited (up to `max_jobs` due entries), each fenced by its
 own shard (`store.claim_many`): a fenced-out leader gets FencedOut, the others' claims stand.
@@ -17,8 +16,7 @@ The leaders waiting keep their entries in their queues, where what comes due joi
 the turn goes first to the leader whose lightest tenant was served least lately; the waiting
 claims go into a statement in the same order. Without turns every leader claimed its whole
 share of a burst at once, and a small tenant's runs due a little later waited until their
-leader's batch of the burst was claimed and published (5.75 s at the 99th percentile for 100
-runs beside 100,000; with turns 0.92 s, docs/BENCHMARKS.md).
+leader's batch of the burst was claimed and published (D-271).
 
 A statement that fails fails every claim it carried, and each is sent again alone (as a
 worker isolates a batch's bad delivery), so one leader's batch that the database refuses

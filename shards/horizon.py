@@ -152,7 +152,7 @@ class HorizonHolding:
         next_ms = row["next_run_at"]
         if row["status"] == JobStatus.ACTIVE and next_ms is not None:
             # The wheel keeps the entry's own key: a second string per loaded job was ~80 of
-            # its bytes (docs/BENCHMARKS.md, *Memory of a loaded job*).
+            # its bytes (docs/journal/hot-second.md, *Memory of a loaded job*).
             entry = store.entry_of(row)
             self._offer(entry.key, entry.version, next_ms, entry)
         else:

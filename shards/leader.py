@@ -174,7 +174,7 @@ class ShardLeader(HorizonHolding):
         # it), so an older pair is a stale read racing a claim and is ignored. A job pending in
         # the wheel keeps its pair in its entry; `known` holds the jobs out of the wheel (due
         # and being claimed, claimed and done, beyond the horizon, paused): a loaded job costs
-        # no tuple and no dict slot here (~90 bytes at 1,000,000 jobs, docs/BENCHMARKS.md).
+        # no tuple and no dict slot here (D-117).
         self.known: dict[str, tuple[int, int]] = {}
         # Due entries of tenants whose dispatch window is full (`window.py`): out of the wheel
         # (their pairs in `known`), claimed as the workers start the tenant's earlier runs.

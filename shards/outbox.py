@@ -6,9 +6,8 @@ created (or re-leased) its row committed, and a run the broker did not acknowled
 broker's acks, so it runs on a small thread pool, off the event loop, and each thread of the
 pool has an idempotent producer of its own: a confirmed publish waits until its producer's queue
 has drained (`flush`), so on a producer shared by every thread it also waited for the runs the
-other threads produced meanwhile — under steady load a publish held its thread for ~14 ms and
-the four threads were always busy, each claim's runs queueing ~150 ms for one (docs/BENCHMARKS.md,
-*Steady load*).
+other threads produced meanwhile, and under steady load every claim's runs queued for a
+thread (D-139).
 
 Each record is stamped with the leaders' clock (`dbclock.py`: the database's, never ahead of
 it), not the producing host's wall clock: a worker's claim records the stamp as the run's
@@ -20,7 +19,7 @@ A run goes to its shard's partition of the topic (shard mod partitions), not to 
 key hashes to: a job belongs to one shard, so its runs stay in order on one partition as with
 the key, and a claim's runs — one shard's — reach the broker as one produce request, where
 hashing their job ids spread them over every partition and librdkafka sends one request per
-partition (a hot second of 100,000 runs: 1,843 requests of ~54 runs, docs/BENCHMARKS.md).
+partition (D-136).
 
 Each run envelope is sealed (header `seal`, tickwheel/run_seal.py): the leader built it from the
 job's row its claim read, and a worker that opens the seal runs it without reading the row again.

@@ -49,7 +49,8 @@ NO_NEXT_MS = 2**63 - 1  # "no next occurrence" where an int is needed (ordering)
 class JobRules:
     """How a job's occurrences are planned: what most jobs of a shard share. One object per
     distinct set of rules (`JobEntry.of` interns them), so a loaded job costs its identity,
-    version and next instant, not nine fields of its own (docs/BENCHMARKS.md, memory)."""
+    version and next instant, not nine fields of its own (docs/journal/hot-second.md, *Hot
+    second against the floor and the peers*, memory)."""
 
     kind: str
     schedule: str | None

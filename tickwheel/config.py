@@ -179,11 +179,9 @@ class Settings(BaseSettings):
 
     # workers
     worker_concurrency: int = Field(
-        # A dispatch claims as many runs as it has slots free, in one statement: at 16, a
-        # 100,000-run burst of no-op runs took ~6,250 claim statements of 40 µs per run in
-        # Postgres; at 64, 20 µs; at 256 the burst completed 5-8 % sooner than at 64 in four
-        # alternating pairs (a claim statement costs ~0.3 ms before its first row, and a worker
-        # claims one batch at a time; BENCHMARKS.md, session 13).
+        # A dispatch starts as many runs as it has slots free; the suspect deliveries among them
+        # are claimed in one statement (D-268), so the more slots, the fewer times a burst pays
+        # a statement's fixed cost before its first row (D-150).
         256,
         ge=1,
         le=10_000,
@@ -201,7 +199,8 @@ class Settings(BaseSettings):
     worker_queue_per_priority: int = Field(
         # Well above worker_batch (a fetch brings up to 500): at 256 a worker paused and resumed
         # its partitions on every fetch and two workers completed 965 runs/s; at 4000, 4,233/s
-        # (docs/BENCHMARKS.md). An envelope held costs about a kilobyte.
+        # (docs/journal/hot-second.md, *Hot second: the whole system*). An envelope held costs
+        # about a kilobyte.
         4000,
         ge=1,
         description="deliveries a worker holds per priority before pausing that topic's partitions",

@@ -67,8 +67,7 @@ KEYED_LOOKUPS: dict[str, str] = {
     "enable_material": "off",
     # With the other plans switched off, a plain scan (the few capped tenants, a target host's
     # row) is costed at 10^10 and crosses every JIT threshold: each call compiled its plan
-    # with LLVM, ~20 ms idle and ~200 ms in a burst, 36 % of Postgres's CPU in the steady
-    # benchmark (docs/BENCHMARKS.md). None of these statements gains from JIT.
+    # with LLVM, ~20 ms even when idle (D-169). None of these statements gains from JIT.
     "jit": "off",
 }
 

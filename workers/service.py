@@ -493,7 +493,7 @@ def make_worker(
                 # cooperative-sticky assignor balances only the count over all three topics,
                 # so a worker that joined later could get every `normal` partition and the
                 # other every `high` one: one worker ran a whole burst while the other idled
-                # (measured, docs/BENCHMARKS.md). Range is an eager protocol: a rebalance
+                # (D-170). Range is an eager protocol: a rebalance
                 # pauses every member briefly; what is in flight finishes and is recorded.
                 "partition.assignment.strategy": WORKER_ASSIGNOR,
             },

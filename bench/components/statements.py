@@ -8,7 +8,8 @@ due at one instant in a scratch database of the dev stack:
 
     claim      the leader's claim (`shards/store.py` `claim`, fenced by itself, planned by
                `plan_claims`), one shard after another, `--claim` jobs per statement (344:
-               what a claim took in a hot second under the dispatch window, session 10;
+               what a claim took in a hot second under the dispatch window,
+               docs/journal/hot-second.md, *Hot second, session 10*;
                `--claim-across-shards`: exactly `--claim` per statement, several shards'
                in one, through `claim_many` as the claim combiner sends them)
     start      with `--start N`: the worker's claim (`RunStore.claim`, the workers' session

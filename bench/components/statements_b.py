@@ -20,8 +20,9 @@ the dev stack with N one-off jobs due at one instant:
                         claim combiner (shards/claims.py) sends them — one shard holds only
                         ~1,560 of 100,000 jobs — planned by `plan_claims` as today's claim is.
                         Today's claims are one shard's `--claim` (344) each, as measured since
-                        session 11; `--claim 5000 --claim-across-shards` gives today's claim
-                        B's statement size, to tell the batch's gain from the schema's
+                        session 11 (docs/journal/hot-second.md, *Hot second, session 11*);
+                        `--claim 5000 --claim-across-shards` gives today's claim B's statement
+                        size, to tell the batch's gain from the schema's
             B check     the worker's read before it runs (`b_open_runs`, DESIGN I4: "checks,
                         by a batched read, that the run is still open at the delivered
                         attempt"), `--b-check` per statement; not one of run-path.md's two

@@ -205,7 +205,7 @@ def encode_run(
 
     Written out in one format string rather than built as a `RunEnvelope` and encoded: a
     leader encodes every run of a hot second, and the object, its dict and the generic encoder
-    were half of what publishing a run cost in Python (docs/BENCHMARKS.md). The same JSON value
+    were a large part of what publishing a run cost in Python (D-140). The same JSON value
     as `RunEnvelope.encode` (a property test holds them equal); a string the format would have
     to escape — never one of the forms the registry accepts — takes the generic encoder."""
     if _JSON_ESCAPE.search(f"{tenant}{job_id}{handler or ''}{priority}{origin}"):
