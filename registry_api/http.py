@@ -15,7 +15,8 @@ The app is assembled here from modules of one concern each:
     auth.py      bearer keys → tenants, with a short positive cache
     docs_page.py /docs: Swagger UI from the package, nothing from a CDN
     ops/routes.py  operators' cross-tenant endpoints (operator keys) and the /ui status page;
-                 ops/routes_jobs.py its jobs view and actions
+                 ops/routes_jobs.py its jobs view and actions; ops/routes_views.py one
+                 job, one run, the dead letters and their replay
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from tickwheel.registry_api.errors import install_error_handlers
 from tickwheel.registry_api.metrics import Metrics, Observe
 from tickwheel.registry_api.ops.routes import install as install_ops
 from tickwheel.registry_api.ops.routes_jobs import install as install_ops_jobs
+from tickwheel.registry_api.ops.routes_views import DeadLetterSource
+from tickwheel.registry_api.ops.routes_views import install as install_ops_views
 from tickwheel.registry_api.params import Registry
 from tickwheel.registry_api.routes import jobs, operations
 from tickwheel.registry_api.store import RegistryStore
@@ -53,10 +56,13 @@ def create_app(
     clock: Callable[[], int] = now_ms,
     parts: Mapping[str, PartState] | None = None,
     metrics: Metrics | None = None,
+    dead_letters: DeadLetterSource | None = None,
 ) -> FastAPI:
     """The registry HTTP API over `store`; `clock` gives now in UTC milliseconds; `parts`, the
     process's health records, are reported (and a dead one fails) by /healthz; `metrics`, the
-    process's collectors when other parts count into them too (the intake), served at /metrics."""
+    process's collectors when other parts count into them too (the intake), served at /metrics;
+    `dead_letters`, where the operators' page reads the DLQ (None: its dead-letter view
+    answers 503)."""
     metrics = metrics or Metrics()
     app = FastAPI(
         title="tickwheel registry",
@@ -75,6 +81,7 @@ def create_app(
     app.include_router(operations)
     install_ops(app)  # /v1/ops/… and the /ui status page (ops/routes.py)
     install_ops_jobs(app)  # the page's jobs view and its actions (ops/routes_jobs.py)
+    install_ops_views(app, dead_letters)  # one job, one run, the DLQ (ops/routes_views.py)
     install_docs(app)  # /docs, Swagger UI served from the package (docs_page.py)
     app.router.redirect_slashes = False
     app.router.default = SlashRedirect(app.router)

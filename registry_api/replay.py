@@ -151,11 +151,13 @@ async def replay(
     rate_per_s: float | None = None,
     dry_run: bool = False,
     on_progress: Callable[[int], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> ReplayReport:
     """Replay the runs `run_keys` (chosen by `filters`, which the audit records as given); see
-    the module docstring."""
+    the module docstring. `on_start` is given the audit's id once its row is written (the
+    page answers with it while the replay goes on)."""
     report = ReplayReport(dry_run=dry_run)
     if not dry_run:
         report.audit_id = await conn.fetchval(
@@ -165,6 +167,8 @@ async def replay(
             attempts,
             rate_per_s,
         )
+        if on_start is not None:
+            on_start(report.audit_id)
     started = clock()
     size = chunk_size(rate_per_s)
     replayed = 0

@@ -181,8 +181,20 @@ async def serve(
         process.spawn("intake", taker.run(process.stop))
     if http:
         from tickwheel.registry_api.http import create_app
+        from tickwheel.registry_api.ops.routes_views import DeadLetterSource
 
-        app = create_app(store, limits_of(settings), parts=process.health, metrics=metrics)
+        dead_letters = DeadLetterSource(
+            settings.effective_kafka,
+            Topics(settings.topic_prefix).dlq,
+            settings.ops_kafka_timeout_s,
+        )
+        app = create_app(
+            store,
+            limits_of(settings),
+            parts=process.health,
+            metrics=metrics,
+            dead_letters=dead_letters,
+        )
         process.spawn("http", run_http(http_server(app, host, port), process.stop))
     log.info(
         "registry started",

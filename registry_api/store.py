@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +88,10 @@ class Applied:
     started: Triggered | Backfilled | None = None  # what a trigger or backfill did
     problem: BackfillRefused | None = None  # why a backfill was refused (outcome REFUSED)
     quota: QuotaRefusal | None = None  # the tenant's quota that refused it (outcome REFUSED)
+
+
+# What runs last inside an `apply`'s transaction, given its connection and the results.
+Within = Callable[[asyncpg.Connection, "list[Applied]"], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,7 @@ class RegistryStore:
         *,
         dry_run: bool = False,
         quotas: bool = True,
+        within: Within | None = None,
     ) -> list[Applied]:
         """Apply `ops` in order in one transaction; returns one `Applied` per op.
 
@@ -191,12 +196,14 @@ class RegistryStore:
         what would have happened (`tickwheel jobs backfill --dry-run`). `quotas=False`: an
         operator's change, which the tenants' quotas do not refuse (their job counters still
         move). Backfills are counted first, outside the transaction (`_count_backfills`); one
-        refused then never enters it."""
+        refused then never enters it. `within(conn, results)` runs last in the transaction:
+        what must commit or roll back with the change (an operator's audit row, a pause's
+        note)."""
         counted = await self._count_backfills(ops)
         todo = [item for item in counted if isinstance(item, Op)]
         if len(todo) < len(ops):
             plan = None  # a refused backfill's job exists: the plan would not be used anyway
-        done = iter(await self._apply_counted(todo, plan, dry_run, quotas) if todo else [])
+        done = iter(await self._apply_counted(todo, plan, dry_run, quotas, within) if todo else [])
         return [item if isinstance(item, Applied) else next(done) for item in counted]
 
     async def _count_backfills(self, ops: Sequence[Op]) -> list[Op | Applied]:
@@ -257,11 +264,16 @@ class RegistryStore:
         )
 
     async def _apply_counted(
-        self, ops: Sequence[Op], plan: NewJobsPlan | None, dry_run: bool, quotas: bool
+        self,
+        ops: Sequence[Op],
+        plan: NewJobsPlan | None,
+        dry_run: bool,
+        quotas: bool,
+        within: Within | None,
     ) -> list[Applied]:
         for attempt in range(WRITE_RETRIES):
             try:
-                return await self._apply_once(ops, plan, dry_run, quotas)
+                return await self._apply_once(ops, plan, dry_run, quotas, within)
             except _DryRun as done:
                 return done.results
             except _ConcurrentCreate:
@@ -276,6 +288,7 @@ class RegistryStore:
         plan: NewJobsPlan | None = None,
         dry_run: bool = False,
         quotas: bool = True,
+        within: Within | None = None,
     ) -> list[Applied]:
         keys = list(dict.fromkeys(op.key for op in ops))
         now = plan.now if plan is not None else self.clock()
@@ -309,6 +322,8 @@ class RegistryStore:
                     [u[1] for u in usage],
                     [u[2] for u in usage],
                 )
+            if within is not None:
+                await within(conn, results)
             if dry_run:
                 raise _DryRun(results)
         return results

@@ -186,6 +186,7 @@ def gc(as_json: bool, keep_days: int | None) -> None:
     click.echo(f"removed trigger idempotency keys: {report.removed_trigger_keys}")
     click.echo(f"removed registration message ids: {report.removed_registration_ids}")
     click.echo(f"removed idle target limit rows: {report.removed_target_rows}")
+    click.echo(f"removed stale pause notes: {report.removed_pause_notes}")
 
 
 # The one retention command, also under the name it had beside the partition upkeep.

@@ -22,7 +22,8 @@ What retention removes, given `retention_days` (the cutoff is the start of the U
   which the intake refuses the message by its signing instant alone);
 - the rows of target hosts and of jobs' own target limits that no call has written since the
   cutoff and whose state is a new row's (rate caught up, no failures, breaker closed): the
-  next call adds the row again, so a job's limit row does not outlive the job.
+  next call adds the row again, so a job's limit row does not outlive the job;
+- pause notes that are no longer their job's (it was resumed, paused again, edited or removed).
 
 Running it twice removes nothing more; it is safe to run from several processes at once
 (partition upkeep takes an advisory lock, job removal skips rows another remover holds).
@@ -55,6 +56,7 @@ class GcReport:
     removed_trigger_keys: int = 0
     removed_registration_ids: int = 0
     removed_target_rows: int = 0
+    removed_pause_notes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,6 +67,7 @@ class GcReport:
             "removed_trigger_keys": self.removed_trigger_keys,
             "removed_registration_ids": self.removed_registration_ids,
             "removed_target_rows": self.removed_target_rows,
+            "removed_pause_notes": self.removed_pause_notes,
         }
 
 
@@ -91,6 +94,7 @@ async def run_gc(
     keys = await conn.execute(QUERIES["gc_trigger_requests"])
     ids = await conn.execute(QUERIES["gc_registration_ids"])
     targets = await conn.execute(QUERIES["gc_target_hosts"], cutoff)
+    notes = await conn.execute(QUERIES["gc_pause_notes"])
     return GcReport(
         keep_from,
         dropped,
@@ -99,6 +103,7 @@ async def run_gc(
         int(keys.split()[-1]),
         int(ids.split()[-1]),
         int(targets.split()[-1]),
+        int(notes.split()[-1]),
     )
 
 

@@ -27,7 +27,12 @@ from tickwheel.cli_support import (
 )
 from tickwheel.domain import JobStatus
 from tickwheel.registry_api.ops.cli_runs import LIST_LIMIT_MAX
-from tickwheel.registry_api.ops.forms import parse_instant_option, parse_job_key, resolve_job
+from tickwheel.registry_api.ops.forms import (
+    operator_name,
+    parse_instant_option,
+    parse_job_key,
+    resolve_job,
+)
 
 T = TypeVar("T")
 
@@ -86,6 +91,9 @@ def jobs_show(job: str, as_json: bool) -> None:
         return
     for name in ("job", "status", "version", "shard_id", "next_run_at", "created_at", "updated_at"):
         click.echo(f"{name:<12} {found[name]}")
+    note = found["pause_note"]
+    if note is not None:
+        click.echo(f"{'paused by':<12} {note['by']} at {note['at']}: {note['reason']}")
     click.echo("document:")
     click.echo(orjson.dumps(found["document"], option=orjson.OPT_INDENT_2).decode())
     click.echo(f"\nlatest runs: {len(found['runs'])}")
@@ -106,11 +114,18 @@ def _with_store(work: Callable[[Any], Awaitable[T]]) -> T:
     return with_pool(lambda pool: work(RegistryStore(pool, s.shards, runs=run_limits_of(s))), s)
 
 
-def _change(command: str, job: str, as_json: bool) -> None:
-    from tickwheel.registry_api.ops.jobs import change_job
+def _change(command: str, job: str, as_json: bool, reason: str | None = None) -> None:
+    from tickwheel.registry_api.ops.jobs import NOTE_MAX_CHARS, PauseNote, change_job
 
     tenant, job_id = parse_job_key(job)
-    result = _with_store(lambda store: change_job(store, command, tenant, job_id))
+    note = None
+    if reason is not None:
+        reason = reason.strip()
+        if not 1 <= len(reason) <= NOTE_MAX_CHARS:
+            raise BadInput(f"--note must be 1 to {NOTE_MAX_CHARS} characters, not {len(reason)}")
+        note = PauseNote(operator_name(), reason)
+    result = _with_store(lambda store: change_job(store, command, tenant, job_id, note=note))
+    result.pop("audit_id", None)  # the CLI's changes are not in ops_audit (the page's are)
     if as_json:
         emit_json(result)
     else:
@@ -125,10 +140,14 @@ _JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.
 
 @command(jobs, "pause")
 @click.argument("job")
+@click.option(
+    "--note",
+    help="Why (shown by `jobs show`, the API and the page until it is resumed; who is $USER).",
+)
 @_JSON_OPTION
-def jobs_pause(job: str, as_json: bool) -> None:
+def jobs_pause(job: str, note: str | None, as_json: bool) -> None:
     """Pause JOB through the registry (its runs stop being scheduled)."""
-    _change("pause", job, as_json)
+    _change("pause", job, as_json, note)
 
 
 @command(jobs, "resume")

@@ -8,6 +8,8 @@ exactly as the same change over HTTP or Kafka does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -15,7 +17,7 @@ import orjson
 
 from tickwheel.cli_support import BadInput
 from tickwheel.clock import format_ms
-from tickwheel.domain import RegistrationOp, job_key, run_key
+from tickwheel.domain import JobStatus, RegistrationOp, job_key, run_key
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.on_demand import (
     Backfilled,
@@ -25,7 +27,7 @@ from tickwheel.registry_api.on_demand import (
 )
 from tickwheel.registry_api.ops.runs import iso
 from tickwheel.registry_api.state import Op, Outcome
-from tickwheel.registry_api.store import Applied, RegistryStore
+from tickwheel.registry_api.store import Applied, RegistryStore, Within
 
 RECENT_RUNS = 10  # runs `jobs show` lists
 
@@ -69,6 +71,7 @@ async def get_job(conn: asyncpg.Connection, tenant: str, job_id: str) -> dict[st
     if row is None:
         return None
     runs = await conn.fetch(QUERIES["job_runs_page"], tenant, job_id, None, RECENT_RUNS)
+    note = await pause_note(conn, tenant, job_id) if row["status"] == JobStatus.PAUSED else None
     return {
         "job": job_key(tenant, job_id),
         "status": row["status"],
@@ -77,6 +80,7 @@ async def get_job(conn: asyncpg.Connection, tenant: str, job_id: str) -> dict[st
         "next_run_at": _ms(row["next_run_at"]),
         "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]),
+        "pause_note": note,
         "document": orjson.loads(row["document"]),
         "runs": [
             {
@@ -93,6 +97,16 @@ async def get_job(conn: asyncpg.Connection, tenant: str, job_id: str) -> dict[st
     }
 
 
+async def pause_note(
+    db_: asyncpg.Pool | asyncpg.Connection, tenant: str, job_id: str
+) -> dict[str, Any] | None:
+    """The note of the job's pause ({"by", "reason", "at"}), if it is paused with one."""
+    row = await db_.fetchrow(QUERIES["job_pause_note_get"], tenant, job_id)
+    if row is None:
+        return None
+    return {"by": row["paused_by"], "reason": row["reason"], "at": iso(row["paused_at"])}
+
+
 # What an operator asked for, as the registry's operation, and the words for its outcomes.
 CHANGES = {
     "pause": RegistrationOp.PAUSE,
@@ -101,35 +115,113 @@ CHANGES = {
 }
 _DONE = {Outcome.PAUSED: "paused", Outcome.RESUMED: "resumed", Outcome.DELETED: "deleted"}
 _ALREADY = {"pause": "already paused", "resume": "already active"}
+# The actions as the audit names them (the CLI's `rm` is the page's delete).
+_AUDIT_ACTION = {"rm": "delete"}
+NOTE_MAX_CHARS = 500  # a pause note's reason, as migration 0016 bounds it
+
+
+@dataclass(frozen=True)
+class PauseNote:
+    """Who paused a job and why (migration 0016); when is the database's clock at the pause."""
+
+    by: str
+    reason: str
+
+
+@dataclass
+class Audit:
+    """An operator's action recorded in `ops_audit` (who, what, on which job, the outcome),
+    written inside the change's own transaction when it gets that far (`within`), on its own
+    when the change was refused before it (`settle`). `operator` None: not recorded (the CLI,
+    whose users reach the database directly)."""
+
+    operator: str | None
+    action: str
+    tenant: str
+    job_id: str
+    detail: str | None = None
+    ident: int | None = None  # the row's id, once written
+
+    async def write(self, db_: asyncpg.Pool | asyncpg.Connection, result: str) -> None:
+        if self.operator is None or self.ident is not None:
+            return
+        self.ident = await db_.fetchval(
+            QUERIES["ops_audit_insert"],
+            self.operator,
+            self.action,
+            self.tenant,
+            self.job_id,
+            result,
+            self.detail,
+        )
+
+    async def settle(self, pool: asyncpg.Pool, err: BadInput) -> None:
+        """A refusal that never reached the transaction: recorded on its own."""
+        await self.write(pool, f"refused: {err}")
+
+
+def _change_result(applied: Applied, command: str) -> str:
+    """The word for a change's outcome; BadInput when it was refused."""
+    key = job_key(applied.op.tenant, applied.op.job_id)
+    if applied.outcome == Outcome.NOT_FOUND:
+        raise BadInput(f"no job {key} (JOB is <tenant>/<job_id>; deleted jobs are gone)")
+    if applied.outcome == Outcome.CONFLICT:
+        status = applied.job.status if applied.job is not None else "unknown"
+        raise BadInput(f"cannot {command} {key}: it is {status}")
+    if applied.outcome in _DONE:
+        return _DONE[applied.outcome]
+    if applied.outcome == Outcome.UNCHANGED:
+        return _ALREADY.get(command, "unchanged")
+    # stale and replay need an explicit version or a Kafka source; we give neither
+    raise RuntimeError(f"unexpected registry outcome {applied.outcome} for {command} {key}")
 
 
 async def change_job(
-    store: RegistryStore, command: str, tenant: str, job_id: str
+    store: RegistryStore,
+    command: str,
+    tenant: str,
+    job_id: str,
+    *,
+    note: PauseNote | None = None,
+    operator: str | None = None,
 ) -> dict[str, Any]:
     """Pause, resume or delete (`command`: pause | resume | rm) one job through the registry.
 
-    Returns {"job", "result", "status", "version"}; BadInput when the job does not exist or
-    its state does not allow the change (a completed one-off cannot be paused).
+    A pause with a `note` records who and why beside the version it gave the job (a job
+    already paused gets the note on its current version). `operator`: the name the audit
+    records, in the change's transaction (None: not audited). Returns {"job", "result",
+    "status", "version", "audit_id"}; BadInput when the job does not exist or its state does
+    not allow the change (a completed one-off cannot be paused).
     """
-    key = job_key(tenant, job_id)
-    [applied] = await store.apply([Op(CHANGES[command].value, tenant, job_id)], quotas=False)
-    if applied.outcome == Outcome.NOT_FOUND:
-        raise BadInput(f"no job {key} (JOB is <tenant>/<job_id>; deleted jobs are gone)")
+    if note is not None and command != "pause":
+        raise BadInput(f"a note goes with a pause, not with {command}")
+    record = Audit(operator, _AUDIT_ACTION.get(command, command), tenant, job_id,
+                   None if note is None else f"note: {note.reason}")  # fmt: skip
+
+    async def within(conn: asyncpg.Connection, results: list[Applied]) -> None:
+        [applied] = results
+        try:
+            result = _change_result(applied, command)
+        except BadInput as err:
+            result = f"refused: {err}"
+        job = applied.job
+        if note is not None and job is not None and job.status == JobStatus.PAUSED:
+            await conn.execute(
+                QUERIES["job_pause_note_write"], tenant, job_id, job.version, note.by, note.reason
+            )
+        await record.write(conn, result)
+
+    [applied] = await store.apply(
+        [Op(CHANGES[command].value, tenant, job_id)], quotas=False, within=within
+    )
+    result = _change_result(applied, command)
     job = applied.job
-    if applied.outcome == Outcome.CONFLICT:
-        status = job.status if job is not None else "unknown"
-        raise BadInput(f"cannot {command} {key}: it is {status}")
-    if applied.outcome in _DONE:
-        result = _DONE[applied.outcome]
-    elif applied.outcome == Outcome.UNCHANGED:
-        result = _ALREADY.get(command, "unchanged")
-    else:  # stale and replay need an explicit version or a Kafka source; we give neither
-        raise RuntimeError(f"unexpected registry outcome {applied.outcome} for {command} {key}")
     return {
-        "job": key,
+        "job": job_key(tenant, job_id),
         "result": result,
         "status": job.status if job is not None else None,
         "version": job.version if job is not None else None,
+        "audit_id": record.ident,
     }
 
 
@@ -143,13 +235,41 @@ def _refused(applied: Applied, action: str) -> None:
         raise BadInput(f"cannot {action} {key}: --{applied.problem}")
 
 
+def _audited(record: Audit, action: str, word: Callable[[Applied], str]) -> Within:
+    """A `within` that records `record` with the outcome `word` gives an applied op."""
+
+    async def within(conn: asyncpg.Connection, results: list[Applied]) -> None:
+        [applied] = results
+        try:
+            _refused(applied, action)
+            result = word(applied)
+        except BadInput as err:
+            result = f"refused: {err}"
+        await record.write(conn, result)
+
+    return within
+
+
+def _triggered_word(applied: Applied) -> str:
+    started = applied.started
+    assert isinstance(started, Triggered)
+    return ("triggered " if started.created else "already triggered ") + started.run_key
+
+
 async def trigger_job(
-    store: RegistryStore, tenant: str, job_id: str, idempotency_key: str | None
+    store: RegistryStore,
+    tenant: str,
+    job_id: str,
+    idempotency_key: str | None,
+    *,
+    operator: str | None = None,
 ) -> dict[str, Any]:
     """One run of the job now, through the registry (paused jobs too); BadInput when the job
-    does not exist or is a completed one-off."""
+    does not exist or is a completed one-off. `operator`: audited under that name."""
+    record = Audit(operator, "trigger", tenant, job_id)
     op = Op(RegistrationOp.TRIGGER, tenant, job_id, request=TriggerRequest(idempotency_key))
-    [applied] = await store.apply([op], quotas=False)
+    within = _audited(record, "trigger", _triggered_word)
+    [applied] = await store.apply([op], quotas=False, within=within)
     _refused(applied, "trigger")
     started = applied.started
     assert isinstance(started, Triggered)
@@ -158,17 +278,38 @@ async def trigger_job(
         "run_key": started.run_key,
         "scheduled_at": format_ms(started.scheduled_ms),
         "created": started.created,
+        "audit_id": record.ident,
     }
 
 
 async def backfill_job(
-    store: RegistryStore, tenant: str, job_id: str, window: BackfillRequest, *, dry_run: bool
+    store: RegistryStore,
+    tenant: str,
+    job_id: str,
+    window: BackfillRequest,
+    *,
+    dry_run: bool,
+    operator: str | None = None,
 ) -> dict[str, Any]:
     """The runs of the job's occurrences in the window that have none yet, through the
-    registry; a dry run rolls its transaction back and says what it would have created."""
+    registry; a dry run rolls its transaction back and says what it would have created.
+    `operator`: audited under that name (a dry run changes nothing and is not recorded)."""
+    detail = f"{format_ms(window.from_ms)} .. {format_ms(window.to_ms)}"
+    record = Audit(None if dry_run else operator, "backfill", tenant, job_id, detail)
+
+    def word(applied: Applied) -> str:
+        done = applied.started
+        assert isinstance(done, Backfilled)
+        return f"created {done.created} of {done.occurrences} occurrences"
+
     op = Op(RegistrationOp.BACKFILL, tenant, job_id, request=window)
-    [applied] = await store.apply([op], dry_run=dry_run, quotas=False)
-    _refused(applied, "backfill")
+    within = _audited(record, "backfill", word)
+    try:
+        [applied] = await store.apply([op], dry_run=dry_run, quotas=False, within=within)
+        _refused(applied, "backfill")
+    except BadInput as err:
+        await record.settle(store.pool, err)  # refused before its transaction, or in it
+        raise
     done = applied.started
     assert isinstance(done, Backfilled)
     first = None if done.first_ms is None else run_key(tenant, job_id, done.first_ms)
@@ -184,6 +325,7 @@ async def backfill_job(
         "first_ms": done.first_ms,
         "last_ms": done.last_ms,
         "rate_per_s": store.run_limits.backfill_rate_per_s,
+        "audit_id": record.ident,
     }
 
 
@@ -236,13 +378,3 @@ async def jobs_page(
         "items": [_job_item(r, "handler") for r in items],
         "next": None if cursor is None else {"tenant": cursor[0], "job_id": cursor[1]},
     }
-
-
-async def audit(
-    pool: asyncpg.Pool, operator: str, action: str, tenant: str, job_id: str, result: str
-) -> int:
-    """Record an operator's action on a job (`ops_audit`); its id."""
-    ident: int = await pool.fetchval(
-        QUERIES["ops_audit_insert"], operator, action, tenant, job_id, result
-    )
-    return ident

@@ -110,3 +110,9 @@ def audit_json(row: asyncpg.Record) -> dict[str, Any]:
 async def replay_audit(conn: asyncpg.Connection, limit: int) -> list[dict[str, Any]]:
     """The latest `limit` replays, newest first."""
     return [audit_json(r) for r in await conn.fetch(QUERIES["ops_replay_audit_list"], limit)]
+
+
+async def replay_audit_entry(conn: asyncpg.Connection, ident: int) -> dict[str, Any] | None:
+    """One replay's record by its id (None: no such replay)."""
+    row = await conn.fetchrow(QUERIES["ops_replay_audit_get"], ident)
+    return None if row is None else audit_json(row)

@@ -37,6 +37,15 @@ SELECT tenant, job_id FROM gone
 DELETE FROM replay_audit_runs ar USING replay_audit a
 WHERE a.id = ar.audit_id AND a.started_at < $1::timestamptz
 
+-- gc_pause_notes --
+-- Retention: pause notes that are no longer their job's (migration 0016) — the job was resumed,
+-- paused again or edited since (its version moved on), or its row is gone.
+DELETE FROM job_pause_notes n
+WHERE NOT EXISTS (
+    SELECT FROM jobs j
+    WHERE j.tenant = n.tenant AND j.job_id = n.job_id AND j.version = n.version
+)
+
 -- gc_trigger_requests --
 -- Retention: idempotency keys older than a day answer nothing any more.
 DELETE FROM trigger_requests WHERE created_at < now() - interval '24 hours'

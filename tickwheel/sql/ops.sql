@@ -83,14 +83,15 @@ UNION ALL
 
 -- ops_audit_insert --
 -- What an operator did from the page: who (the operator key's name), what, to which job,
--- with which result; when is the row's `at`.
-INSERT INTO ops_audit (operator, action, tenant, job_id, result)
-VALUES ($1, $2, $3, $4, $5)
+-- with which result and detail (a backfill's window, a pause's note; NULL: none); when is the
+-- row's `at`. Written in the change's own transaction (registry_api/ops/jobs.py `Audit`).
+INSERT INTO ops_audit (operator, action, tenant, job_id, result, detail)
+VALUES ($1, $2, $3, $4, $5, $6)
 RETURNING id
 
 -- ops_audit_of_job --
 -- The operators' actions on one job, newest first.
-SELECT id, at, operator, action, result
+SELECT id, at, operator, action, result, detail
 FROM ops_audit
 WHERE tenant = $1 AND job_id = $2
 ORDER BY id DESC
@@ -113,6 +114,13 @@ SELECT id, started_at, finished_at, operator, filters, attempts, rate_per_s, out
 FROM replay_audit
 ORDER BY id DESC
 LIMIT $1
+
+-- ops_replay_audit_get --
+-- One replay by its id.
+SELECT id, started_at, finished_at, operator, filters, attempts, rate_per_s, outcome,
+       selected, replayed, skipped, refused
+FROM replay_audit
+WHERE id = $1
 
 -- ops_replay_audit_of_run --
 -- What each replay did to one run, oldest first.
@@ -198,3 +206,21 @@ WHERE status = 'dead'
   AND finished_at >= 'epoch'::timestamptz + $1::bigint * interval '1 millisecond'
 ORDER BY finished_at DESC
 LIMIT $2
+
+-- job_pause_note_write --
+-- Who paused a job and why, on the version the pause gave it (migration 0016); replaces the
+-- job's earlier note.
+--   $1 tenant  $2 job id  $3 version  $4 by  $5 reason
+INSERT INTO job_pause_notes (tenant, job_id, version, paused_by, reason)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (tenant, job_id) DO UPDATE
+SET version = EXCLUDED.version, paused_by = EXCLUDED.paused_by, reason = EXCLUDED.reason,
+    paused_at = now()
+
+-- job_pause_note_get --
+-- A paused job's note, if its pause left one: only a note on the job's current version is
+-- still its (a resume, a later pause or an edit moved the version on).
+SELECT n.paused_by, n.reason, n.paused_at
+FROM job_pause_notes n
+JOIN jobs j ON j.tenant = n.tenant AND j.job_id = n.job_id AND j.version = n.version
+WHERE n.tenant = $1 AND n.job_id = $2 AND j.status = 'paused'
