@@ -44,6 +44,7 @@ DEAD_HOURS_MAX = 24 * 30
 UI_FILES = {  # name → media type
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
+    "views.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
 }
 UI_HEADERS = {

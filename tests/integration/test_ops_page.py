@@ -156,6 +156,10 @@ def _audit(sched: SchedEnv, job_id: str) -> list[asyncpg.Record]:
 
 @pytest.fixture
 def registry(sched: SchedEnv) -> Registry:
+    return start_registry(sched)
+
+
+def start_registry(sched: SchedEnv) -> Registry:
     """Three cron jobs of the test's tenant, an operator key, a tenant key, a registry."""
     name = f"ops-{uuid.uuid4().hex[:8]}"
     added = _cli(sched, "operator-key", "add", name)

@@ -1,8 +1,9 @@
 // The tickwheel status page: polls the registry's /v1/ops/… endpoints with the operator key
 // (kept in sessionStorage, sent only as a Bearer header) and draws what they return; the jobs
 // view pages through jobs and pauses or resumes them (POSTs carry the CSRF token of
-// /v1/ops/csrf). No framework, no build step; every value from the server is put in the page
-// as text (textContent, dataset), never as HTML.
+// /v1/ops/csrf). One job, one run and the dead letters are views.js's. No framework, no build
+// step; every value from the server is put in the page as text (textContent, dataset), never
+// as HTML.
 "use strict";
 
 const KEY_ITEM = "tickwheel.operatorKey";
@@ -88,7 +89,7 @@ function renderDead(data) {
   for (const d of data.items) {
     const tr = document.createElement("tr");
     cell(tr, iso(d.dead_ms));
-    cell(tr, d.run_key);
+    cell(tr, "").appendChild(viewLink(runHash(d.run_key), d.run_key));
     cell(tr, String(d.attempt), "num");
     const err = cell(tr, d.last_error || "", "err");
     err.title = d.last_error || "";
@@ -110,18 +111,21 @@ async function csrf() {
   return csrfToken;
 }
 
-// A POST that changes state: with the key and the CSRF token; a refused token (a restarted
-// registry) is renewed once.
-async function postJson(path) {
+// A POST that changes state: with the key and the CSRF token, and `payload` as JSON if given;
+// a refused token (a restarted registry) is renewed once.
+async function postJson(path, payload) {
   for (let attempt = 0; ; attempt++) {
     const token = await csrf();
+    const headers = {
+      Authorization: "Bearer " + sessionStorage.getItem(KEY_ITEM),
+      Accept: "application/json",
+      [CSRF_HEADER]: token,
+    };
+    if (payload !== undefined) headers["Content-Type"] = "application/json";
     const response = await fetch(path, {
       method: "POST",
-      headers: {
-        Authorization: "Bearer " + sessionStorage.getItem(KEY_ITEM),
-        Accept: "application/json",
-        [CSRF_HEADER]: token,
-      },
+      headers,
+      body: payload === undefined ? undefined : JSON.stringify(payload),
       cache: "no-store",
       credentials: "omit",
     });
@@ -176,10 +180,10 @@ function renderJobs(data) {
     tr.dataset.tenant = j.tenant;
     tr.dataset.jobId = j.job_id;
     cell(tr, j.tenant);
-    cell(tr, j.job_id, "id");
+    const idCell = cell(tr, "", "id");
+    idCell.appendChild(viewLink(jobHash(j.tenant, j.job_id), j.job_id));
     cell(tr, j.kind === "once" ? "at " + instant(j.at) : j.schedule || "—");
     cell(tr, j.timezone);
-    // The schema keeps no pause note: the status is all there is to show.
     cell(tr, j.status, "status-" + j.status);
     cell(tr, instant(j.next_run_at), "when");
     cell(tr, String(j.version), "num");
@@ -398,6 +402,7 @@ async function refresh() {
     renderDead(dead);
     renderJobs(jobs);
     renderSummary(shards, throughput);
+    await refreshView();
     $("updated").textContent = "updated " + new Date(now).toISOString() +
       " · refreshes every " + REFRESH_MS / 1000 + " s";
     $("error").textContent = "";
