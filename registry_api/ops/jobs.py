@@ -341,6 +341,17 @@ async def backfill_dispatched(
 SCAN_BUDGET = 5000  # primary-key entries one page of the jobs view reads at most
 
 
+def _page_item(r: asyncpg.Record) -> dict[str, Any]:
+    """A job of the jobs view: its row, its pause note and its newest run."""
+    note = None
+    if r["paused_by"] is not None:
+        note = {"by": r["paused_by"], "reason": r["pause_reason"]}
+    last = None
+    if r["last_status"] is not None:
+        last = {"status": r["last_status"], "scheduled_at": format_ms(r["last_scheduled_at"])}
+    return {**_job_item(r, "handler"), "pause_note": note, "last_run": last}
+
+
 async def jobs_page(
     pool: asyncpg.Pool,
     *,
@@ -375,6 +386,6 @@ async def jobs_page(
     else:
         cursor = (edge["tenant"], edge["job_id"])
     return {
-        "items": [_job_item(r, "handler") for r in items],
+        "items": [_page_item(r) for r in items],
         "next": None if cursor is None else {"tenant": cursor[0], "job_id": cursor[1]},
     }

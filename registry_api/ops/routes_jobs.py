@@ -49,6 +49,16 @@ Text = Annotated[str | None, Query(max_length=FILTER_MAX_CHARS, pattern=PRINTABL
 Status = Literal["active", "paused", "completed", "deleted"]
 
 
+class PauseNoteItem(BaseModel):
+    by: str = Field(..., description="the operator key's name (the page) or $USER (the CLI)")
+    reason: str
+
+
+class LastRun(BaseModel):
+    status: str
+    scheduled_at: str
+
+
 class JobItem(BaseModel):
     tenant: str
     job_id: str
@@ -61,6 +71,8 @@ class JobItem(BaseModel):
     version: int
     next_run_at: str | None = Field(..., description="ISO-8601 UTC; null: none pending")
     updated_at: str | None
+    pause_note: PauseNoteItem | None = Field(..., description="null: not paused with a note")
+    last_run: LastRun | None = Field(..., description="the newest run; null: none kept")
 
 
 class Cursor(BaseModel):

@@ -163,6 +163,12 @@ def test_a_job_paused_with_a_note_from_its_view_is_paused_with_the_note(
     )
     assert tuple(audit) == (registry.operator, "pause", "paused", f"note: {NOTE}")
     _until(lambda: "paused" in _text(page, "job-audit"), "the audit on the page")
+    listed = _get(
+        f"{registry.base}/v1/ops/jobs?tenant={sched.tenant}&q=invoice", registry.operator_key
+    )[1]["items"]
+    assert [(j["job_id"], j["pause_note"]) for j in listed] == [
+        ("invoice-42", {"by": registry.operator, "reason": NOTE})
+    ]
     _screenshot(page, tmp_path, "ops-job-view.png")
     show = _cli(sched, "jobs", "show", f"{sched.tenant}/invoice-42")
     assert show.returncode == 0 and f"{registry.operator} at " in show.stdout, show.stdout
@@ -198,6 +204,10 @@ def test_trigger_backfill_and_delete_from_the_job_view(
     _click(page, "job-trigger")
     _until(lambda: len(runs("trigger")) == 1, "the triggered run")
     _until(lambda: "triggered " in _text(page, "job-message"), "the trigger's answer")
+    listed = _get(
+        f"{registry.base}/v1/ops/jobs?tenant={sched.tenant}&q=alpha", registry.operator_key
+    )
+    assert listed[1]["items"][0]["last_run"]["status"] in ("pending", "retrying"), listed
 
     # Every 5 minutes: [an hour ago rounded down, 30 min later) holds six occurrences.
     start = (now_ms() - 3_600_000) // (5 * MINUTE_MS) * (5 * MINUTE_MS)

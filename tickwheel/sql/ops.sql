@@ -51,7 +51,8 @@ LIMIT $3
 -- handler $6, and $7 a piece of the job id (case-insensitive); NULL leaves a filter out. Up
 -- to $8 matches come back as kind 'job' in key order, then one row of kind 'edge': the last
 -- key read and how many were read (`scanned`), from which the caller tells the next cursor
--- (fewer than $3 read: the end). So a page reads at most $3 rows at any table size, however rare its filter's hits.
+-- (fewer than $3 read: the end). So a page reads at most $3 rows at any table size, however
+-- rare its filter's hits. Each job comes with its pause note and its newest run's status.
 WITH scanned AS MATERIALIZED (
     SELECT row_number() OVER (ORDER BY tenant, job_id) AS n,  -- the key order, as a number
            tenant, job_id, kind, schedule, run_at, timezone, handler, status, version,
@@ -69,14 +70,28 @@ WITH scanned AS MATERIALIZED (
     ORDER BY n
     LIMIT $8
 )
-(SELECT 'job' AS row_kind, tenant, job_id, kind, schedule,
-        (extract(epoch FROM run_at) * 1000)::bigint AS run_at, timezone, handler, status,
-        version, (extract(epoch FROM next_run_at) * 1000)::bigint AS next_run_at,
-        updated_at, n AS scanned
- FROM hits
- ORDER BY n)
+(SELECT 'job' AS row_kind, h.tenant, h.job_id, h.kind, h.schedule,
+        (extract(epoch FROM h.run_at) * 1000)::bigint AS run_at, h.timezone, h.handler,
+        h.status, h.version, (extract(epoch FROM h.next_run_at) * 1000)::bigint AS next_run_at,
+        h.updated_at, h.n AS scanned, note.paused_by, note.reason AS pause_reason,
+        last.status AS last_status,
+        (extract(epoch FROM last.scheduled_at) * 1000)::bigint AS last_scheduled_at
+ FROM hits h
+ -- the pause's note, while it is the job's (migration 0016)
+ LEFT JOIN job_pause_notes note
+        ON h.status = 'paused' AND note.tenant = h.tenant AND note.job_id = h.job_id
+       AND note.version = h.version
+ -- the newest run: one key probe per day partition, for the page's jobs only
+ LEFT JOIN LATERAL (
+     SELECT r.status, r.scheduled_at FROM job_runs r
+     WHERE r.tenant = h.tenant AND r.job_id = h.job_id
+     ORDER BY r.scheduled_at DESC
+     LIMIT 1
+ ) last ON true
+ ORDER BY h.n)
 UNION ALL
-(SELECT 'edge', tenant, job_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, n
+(SELECT 'edge', tenant, job_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, n,
+        NULL, NULL, NULL, NULL
  FROM scanned
  ORDER BY n DESC
  LIMIT 1)

@@ -184,9 +184,12 @@ function renderJobs(data) {
     idCell.appendChild(viewLink(jobHash(j.tenant, j.job_id), j.job_id));
     cell(tr, j.kind === "once" ? "at " + instant(j.at) : j.schedule || "—");
     cell(tr, j.timezone);
-    cell(tr, j.status, "status-" + j.status);
+    const status = cell(tr, j.status, "status-" + j.status);
+    if (j.pause_note) status.title = "paused by " + j.pause_note.by + ": " + j.pause_note.reason;
     cell(tr, instant(j.next_run_at), "when");
     cell(tr, String(j.version), "num");
+    const last = cell(tr, j.last_run ? j.last_run.status : "—", "last");
+    if (j.last_run) last.title = "scheduled at " + instant(j.last_run.scheduled_at);
     const td = cell(tr, "", "act");
     const button = actionButton(j);
     if (button) td.appendChild(button);
