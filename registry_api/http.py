@@ -57,12 +57,14 @@ def create_app(
     parts: Mapping[str, PartState] | None = None,
     metrics: Metrics | None = None,
     dead_letters: DeadLetterSource | None = None,
+    csrf_secret: bytes | None = None,
 ) -> FastAPI:
     """The registry HTTP API over `store`; `clock` gives now in UTC milliseconds; `parts`, the
     process's health records, are reported (and a dead one fails) by /healthz; `metrics`, the
     process's collectors when other parts count into them too (the intake), served at /metrics;
     `dead_letters`, where the operators' page reads the DLQ (None: its dead-letter view
-    answers 503)."""
+    answers 503); `csrf_secret`, the deployment's secret for the page's CSRF tokens (None: one
+    drawn for this app)."""
     metrics = metrics or Metrics()
     app = FastAPI(
         title="tickwheel registry",
@@ -80,7 +82,7 @@ def create_app(
     app.include_router(jobs)
     app.include_router(operations)
     install_ops(app)  # /v1/ops/… and the /ui status page (ops/routes.py)
-    install_ops_jobs(app)  # the page's jobs view and its actions (ops/routes_jobs.py)
+    install_ops_jobs(app, csrf_secret)  # the page's jobs list and actions (ops/routes_jobs.py)
     install_ops_views(app, dead_letters)  # one job, one run, the DLQ (ops/routes_views.py)
     install_docs(app)  # /docs, Swagger UI served from the package (docs_page.py)
     app.router.redirect_slashes = False

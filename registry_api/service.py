@@ -19,6 +19,7 @@ from tickwheel import db
 from tickwheel.config import Settings
 from tickwheel.kafka.clients import consumer, producer
 from tickwheel.kafka.producing import PRODUCER_MESSAGE_MAX_BYTES
+from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.intake import RegistrationIntake
 from tickwheel.registry_api.metrics import Metrics
@@ -188,12 +189,14 @@ async def serve(
             Topics(settings.topic_prefix).dlq,
             settings.ops_kafka_timeout_s,
         )
+        secret = await pool.fetchval(QUERIES["csrf_secret"])  # shared by the registries
         app = create_app(
             store,
             limits_of(settings),
             parts=process.health,
             metrics=metrics,
             dead_letters=dead_letters,
+            csrf_secret=None if secret is None else bytes(secret),
         )
         process.spawn("http", run_http(http_server(app, host, port), process.stop))
     log.info(

@@ -6,10 +6,12 @@ the token is a second, independent check (issue 51): the page gets one from
 something. A request without it, or with one not issued to the same operator key by this
 process, changes nothing and gets a 403.
 
-A token is `<issued, unix s>.<HMAC-SHA256 over the key's digest and the instant>` under a
-secret drawn when the process starts: it names no key, lasts `TOKEN_TTL_S`, and a registry
-restart (or another registry behind the same address) refuses it — the page then asks for a
-fresh one and tries once more.
+A token is `<issued, unix s>.<HMAC-SHA256 over the key's digest and the instant>` under the
+deployment's CSRF secret (`cluster_secrets` 'csrf', migration 0016), which every registry of
+the deployment reads at start: it names no key, lasts `TOKEN_TTL_S`, and any registry behind
+the same address accepts it. Without that row (a database older than 0016, an app built by a
+test) the secret is drawn when the process starts; a restart then refuses the token, and the
+page asks for a fresh one and tries once more.
 """
 
 from __future__ import annotations

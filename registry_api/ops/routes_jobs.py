@@ -327,7 +327,8 @@ async def change(
     return JsonResponse(done, headers=NO_STORE)
 
 
-def install(app: FastAPI) -> None:
-    """Add the jobs view's endpoints to the registry's app (after routes.install)."""
-    app.state.csrf_tokens = CsrfTokens()
+def install(app: FastAPI, csrf_secret: bytes | None = None) -> None:
+    """Add the jobs view's endpoints to the registry's app (after routes.install); CSRF tokens
+    signed with `csrf_secret` (the deployment's; None: one drawn for this process)."""
+    app.state.csrf_tokens = CsrfTokens(csrf_secret)
     app.include_router(jobs)

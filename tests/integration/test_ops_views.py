@@ -28,7 +28,17 @@ from tickwheel.registry_api.state import Op
 from tickwheel.registry_api.store import RegistryStore
 
 from .conftest import TEST_SHARDS, SchedEnv
-from .test_ops_page import SCENERY, SCREEN, Registry, _audit, _job, _open, _until, start_registry
+from .test_ops_page import (
+    SCENERY,
+    SCREEN,
+    Registry,
+    _audit,
+    _job,
+    _open,
+    _registry,
+    _until,
+    start_registry,
+)
 from .test_status_page import DevTools, _cli, _get, headless_chromium
 
 pytestmark = pytest.mark.integration
@@ -446,3 +456,17 @@ def test_the_views_hide_secrets_and_refuse_bad_requests(ops: Registry) -> None:
     assert [(a["action"], a["result"][:8]) for a in _audit(sched, "nope")] == [
         ("trigger", "refused:")
     ]
+
+
+def test_a_csrf_token_is_good_on_every_registry_of_the_deployment(ops: Registry) -> None:
+    """the token one registry issued is accepted by another registry of the same database
+    (the secret is the deployment's, migration 0016): a page behind a load balancer does not
+    lose its token when its requests land on another registry"""
+    sched = ops.sched
+    other = _registry(sched)
+    token = _token(ops)
+    status, body = _post(
+        f"{other}/v1/ops/jobs/{sched.tenant}/alpha/pause", ops.operator_key, token, {"note": "lb"}
+    )
+    assert status == 200 and body["result"] == "paused", body
+    assert _job(sched, "alpha")["status"] == "paused"

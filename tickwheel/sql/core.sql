@@ -29,6 +29,11 @@ SELECT job_runs_drop_partitions_before($1::date) AS dropped
 -- The key run envelopes are sealed with (tickwheel/run_seal.py); no row: nothing is sealed.
 SELECT secret FROM cluster_secrets WHERE name = 'run_seal'
 
+-- csrf_secret --
+-- The secret the registries sign the operators' CSRF tokens with (migration 0016); no row:
+-- each registry draws its own.
+SELECT secret FROM cluster_secrets WHERE name = 'csrf'
+
 -- deployment_read --
 -- The deployment this database belongs to (migration 0014); no row: none recorded yet.
 SELECT topic_prefix, recorded_at, replay_memory_ms, replay_memory_from FROM deployment

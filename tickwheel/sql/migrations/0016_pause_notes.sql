@@ -1,4 +1,5 @@
--- 0016: who paused a job, why and when (issue 51; the note issue 50 asks for).
+-- 0016: who paused a job, why and when (issue 51; the note issue 50 asks for); what operators
+-- did in more detail; the CSRF tokens' shared secret.
 --
 -- One row per job, written in the pause's own transaction with the version the pause gave the
 -- job: the note belongs to that pause only. A resume, a later pause without a note, or an edit
@@ -22,3 +23,9 @@ CREATE TABLE job_pause_notes (
 -- The actions an operator took from the page now include trigger, backfill and delete, some
 -- with a detail (the backfill's window); `detail` is free text, NULL for pause and resume.
 ALTER TABLE ops_audit ADD COLUMN detail text;
+
+-- The secret the registries sign the operators' CSRF tokens with (registry_api/ops/csrf.py),
+-- drawn as 0013 draws the run-seal key: shared by every registry of the deployment, so a token
+-- one issued is valid on the others behind the same address.
+INSERT INTO cluster_secrets (name, secret)
+VALUES ('csrf', sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8')));
