@@ -25,8 +25,11 @@ install: $(STAMP)
 demo: install
 	$(BIN)/tickwheel demo
 
+# The operators' page tests keep a screenshot of each view there, for a person to look at.
+ARTIFACTS ?= artifacts
+
 test: install check
-	$(BIN)/pytest
+	TICKWHEEL_ARTIFACTS=$(abspath $(ARTIFACTS)) $(BIN)/pytest
 
 unit: $(STAMP)
 	$(BIN)/pytest -m unit

@@ -9,7 +9,6 @@ import asyncio
 import base64
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ from .test_status_page import (
     _free_port,
     _get,
     headless_chromium,
+    keep_artifact,
 )
 
 pytestmark = pytest.mark.integration
@@ -236,11 +236,7 @@ def _screenshot(page: DevTools, tmp_path: Path, name: str) -> Path:
     shot = page.call("Page.captureScreenshot", format="png")
     path = tmp_path / name
     path.write_bytes(base64.b64decode(shot["data"]))
-    artifacts = os.environ.get("TICKWHEEL_ARTIFACTS")
-    if artifacts:
-        Path(artifacts).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(artifacts) / name)
-    print(f"jobs view screenshot: {path}")
+    keep_artifact(path)
     return path
 
 

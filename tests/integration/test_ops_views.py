@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import shutil
 import time
 import urllib.error
 import urllib.request
@@ -39,7 +37,7 @@ from .test_ops_page import (
     _until,
     start_registry,
 )
-from .test_status_page import DevTools, _cli, _get, headless_chromium
+from .test_status_page import DevTools, _cli, _get, headless_chromium, keep_artifact
 
 pytestmark = pytest.mark.integration
 
@@ -115,11 +113,7 @@ def _screenshot(page: DevTools, tmp_path: Path, name: str) -> None:
     shot = page.call("Page.captureScreenshot", format="png")
     path = tmp_path / name
     path.write_bytes(base64.b64decode(shot["data"]))
-    artifacts = os.environ.get("TICKWHEEL_ARTIFACTS")
-    if artifacts:
-        Path(artifacts).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(artifacts) / name)
-    print(f"screenshot: {path}")
+    keep_artifact(path)
 
 
 def test_a_job_paused_with_a_note_from_its_view_is_paused_with_the_note(
@@ -470,3 +464,45 @@ def test_a_csrf_token_is_good_on_every_registry_of_the_deployment(ops: Registry)
     )
     assert status == 200 and body["result"] == "paused", body
     assert _job(sched, "alpha")["status"] == "paused"
+
+
+XSS = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
+
+
+def test_html_in_a_payload_and_an_error_shows_as_text(
+    ops: Registry, browser: DevTools, tmp_path: Path
+) -> None:
+    """a payload and a run's error holding HTML and script are shown as text in the job's and
+    the run's views, and nothing of them runs"""
+    registry, page = ops, browser
+    sched = registry.sched
+    asyncio.run(
+        sched.register(
+            {
+                "id": "html",
+                "schedule": "0 * * * *",
+                "handler": "test.record",
+                "payload": {"note": XSS},
+            }
+        )
+    )
+    scheduled = now_ms() // 1000 * 1000
+    _fetch(
+        sched,
+        "INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, epoch, status,"
+        " attempt, last_error) VALUES ($1, 'html', 'epoch'::timestamptz + $2 * interval '1 ms',"
+        " 0, 'normal', 1, 'dead', 3, $3)",
+        sched.tenant,
+        scheduled,
+        f"RuntimeError: {XSS}",
+    )
+    _open(page, registry)
+    _go(page, f"job/{quote(sched.tenant)}/html", "jobLoads")
+    assert json.dumps(XSS)[1:-1] in _text(page, "job-document")  # the JSON text of it
+    assert XSS in _text(page, "job-runs")
+    _go(page, f"run/{quote(f'{sched.tenant}/html@{scheduled}', safe='')}", "runLoads")
+    assert f"RuntimeError: {XSS}" in _text(page, "run-fields")
+    found = page.evaluate(
+        "[document.querySelectorAll('main script, main img').length, typeof window.pwned]"
+    )
+    assert found == [0, "undefined"]

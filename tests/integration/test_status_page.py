@@ -67,6 +67,16 @@ def _cli(sched: SchedEnv, *argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def keep_artifact(path: Path) -> None:
+    """Copy a screenshot to TICKWHEEL_ARTIFACTS (`make test`: ./artifacts), for a person to
+    look at; say where it is."""
+    artifacts = os.environ.get("TICKWHEEL_ARTIFACTS")
+    if artifacts:
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(artifacts) / path.name)
+    print(f"screenshot: {path}")
+
+
 def _get(url: str, key: str | None = None) -> tuple[int, Any]:
     request = urllib.request.Request(url)
     if key is not None:
@@ -345,7 +355,7 @@ def test_status_page_shows_the_running_system(
     shot = browser.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
     path = tmp_path / "status-page.png"
     path.write_bytes(base64.b64decode(shot["data"]))
-    print(f"status page screenshot: {path}")
+    keep_artifact(path)
 
     assert [row[0] for row in seen["rows"]] == [str(s) for s in range(TEST_SHARDS)]
     assert {row[1] for row in seen["rows"]} == {SCHEDULER_ID}
