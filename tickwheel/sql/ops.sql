@@ -17,7 +17,11 @@ WHERE ($1::text IS NULL OR tenant = $1::text)
   AND ($3::text IS NULL OR status = $3::text)
   AND ($4::bigint IS NULL
        OR scheduled_at >= 'epoch'::timestamptz + $4::bigint * interval '1 millisecond')
-ORDER BY scheduled_at DESC, tenant, job_id
+-- The table's column, not the output's milliseconds of the same name: with a tenant and a job
+-- the primary key yields the newest first and the LIMIT stops the read. Without them the
+-- ledger is read and sorted (no index on scheduled_at alone: every run would pay for one;
+-- 5.6 s at 10,000,000 runs): `--since` prunes the day partitions.
+ORDER BY job_runs.scheduled_at DESC, job_runs.tenant, job_runs.job_id
 LIMIT $5
 
 -- ops_run_get --

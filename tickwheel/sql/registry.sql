@@ -111,7 +111,10 @@ FROM job_runs
 WHERE tenant = $1 AND job_id = $2
   AND ($3::bigint IS NULL
        OR scheduled_at < 'epoch'::timestamptz + $3::bigint * interval '1 millisecond')
-ORDER BY scheduled_at DESC
+-- The table's column (a plain `scheduled_at` here names the output's milliseconds): the
+-- primary key (tenant, job_id, scheduled_at) then yields the newest first and the LIMIT stops
+-- the read, where a sort read every run of the job.
+ORDER BY job_runs.scheduled_at DESC
 LIMIT $4
 
 -- tenant_insert --
