@@ -214,8 +214,11 @@ def test_no_input_makes_the_api_answer_5xx(
     api_schema: schemathesis.BaseSchema, api_key: str, method: str, path: str, mode: GenerationMode
 ) -> None:
     """An operation answers generated requests, schema-valid or not, without a 5xx."""
-    operation = api_schema[path][method]
-    headers = {"Authorization": f"Bearer {api_key}"}
+    _fuzz(api_schema[path][method], mode, {"Authorization": f"Bearer {api_key}"})
+
+
+def _fuzz(operation: Any, mode: GenerationMode, headers: dict[str, str]) -> None:
+    """Generated requests of `mode` to `operation` with `headers`: none may answer 5xx."""
 
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(
@@ -249,18 +252,6 @@ def test_no_input_makes_the_operators_endpoints_answer_5xx(
 ) -> None:
     """With an operator key and a valid CSRF token, no generated request to an operators'
     endpoint gets a 5xx: what is past the key is checked as carefully as what is before it."""
-    operation = api_schema[path][method]
     token = fuzz_app.state.csrf_tokens.issue(operator_key)
     headers = {"Authorization": f"Bearer {operator_key}", "X-CSRF-Token": token}
-
-    @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(
-        max_examples=EXAMPLES_PER_OPERATION,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
-    def fuzz(case: schemathesis.Case[Any]) -> None:
-        case.call_and_validate(headers=headers, checks=[not_a_server_error])
-
-    fuzz()
+    _fuzz(api_schema[path][method], mode, headers)

@@ -119,8 +119,12 @@ def _until(check: Any, what: str, timeout_s: float = PAGE_TIMEOUT_S) -> Any:
         time.sleep(0.1)
 
 
-def _post(url: str, key: str | None, token: str | None = None) -> tuple[int, Any]:
-    request = urllib.request.Request(url, method="POST", data=b"")
+def _post(url: str, key: str | None, token: str | None = None, body: Any = None) -> tuple[int, Any]:
+    """POST `body` as JSON (None: an empty body) with the key and the CSRF token given."""
+    data = b"" if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, method="POST", data=data)
+    if body is not None:
+        request.add_header("Content-Type", "application/json")
     if key is not None:
         request.add_header("Authorization", f"Bearer {key}")
     if token is not None:

@@ -10,8 +10,6 @@ import asyncio
 import base64
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ from .test_ops_page import (
     _audit,
     _job,
     _open,
+    _post,
     _registry,
     _until,
     start_registry,
@@ -55,22 +54,6 @@ def ops(sched: SchedEnv) -> Registry:
 def browser(tmp_path: Path) -> Iterator[DevTools]:
     with headless_chromium(tmp_path, SCREEN) as chromium:
         yield chromium
-
-
-def _post(url: str, key: str | None, token: str | None, body: Any = None) -> tuple[int, Any]:
-    data = b"" if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, method="POST", data=data)
-    if body is not None:
-        request.add_header("Content-Type", "application/json")
-    if key is not None:
-        request.add_header("Authorization", f"Bearer {key}")
-    if token is not None:
-        request.add_header("X-CSRF-Token", token)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"null")
 
 
 def _token(registry: Registry) -> str:
