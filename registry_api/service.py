@@ -13,6 +13,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from typing import TYPE_CHECKING
 
 from tickwheel import db
@@ -182,7 +183,7 @@ async def serve(
         process.spawn("intake", taker.run(process.stop))
     if http:
         from tickwheel.registry_api.http import create_app
-        from tickwheel.registry_api.ops.routes_views import DeadLetterSource
+        from tickwheel.registry_api.ops.routes_views import DeadLetterSource, interrupt_replays
 
         dead_letters = DeadLetterSource(
             settings.effective_kafka,
@@ -198,6 +199,8 @@ async def serve(
             dead_letters=dead_letters,
             csrf_secret=None if secret is None else bytes(secret),
         )
+        # Closed in reverse: this runs before the pool closes, so the audit gets its end.
+        process.on_close(partial(interrupt_replays, app))
         process.spawn("http", run_http(http_server(app, host, port), process.stop))
     log.info(
         "registry started",

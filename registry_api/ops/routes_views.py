@@ -303,3 +303,13 @@ def install(app: FastAPI, dead_letters: DeadLetterSource | None) -> None:
     app.state.dead_letters = dead_letters
     app.state.replays = {}
     app.include_router(views)
+
+
+async def interrupt_replays(app: FastAPI) -> None:
+    """At the registry's stop (before its pool closes): a replay under way ends `interrupted`
+    in its audit, with what it did so far, rather than being dropped with the event loop."""
+    replays: dict[int, Running] = app.state.replays
+    tasks = [r.task for r in replays.values() if r.task is not None and not r.task.done()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,9 @@ import asyncpg
 import pytest
 
 from tickwheel.clock import now_ms
+from tickwheel.envelopes.dead_letters import DeadLetter
+from tickwheel.envelopes.run import RunEnvelope
+from tickwheel.kafka.clients import producer
 from tickwheel.registry_api.document import Limits, parse_document, validate_job
 from tickwheel.registry_api.state import Op
 from tickwheel.registry_api.store import RegistryStore
@@ -489,3 +493,57 @@ def test_html_in_a_payload_and_an_error_shows_as_text(
         "[document.querySelectorAll('main script, main img').length, typeof window.pwned]"
     )
     assert found == [0, "undefined"]
+
+
+def test_a_replay_under_way_ends_interrupted_when_its_registry_stops(ops: Registry) -> None:
+    """a replay from the page at 0.5/s is still pacing when its registry gets SIGTERM: the
+    audit says `interrupted` with what it did (the first run replayed), not `running`"""
+    registry = ops
+    sched = registry.sched
+    scheduled = [now_ms() // 1000 * 1000 - 60_000 - i * 1000 for i in range(2)]
+    keys = []
+    for ms in scheduled:
+        _fetch(
+            sched,
+            "INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, epoch,"
+            " status, attempt, max_attempts, last_error, finished_at) VALUES ($1, 'alpha',"
+            " 'epoch'::timestamptz + $2 * interval '1 ms', 0, 'normal', 1, 'dead', 2, 2,"
+            " 'boom', now())",
+            sched.tenant,
+            ms,
+        )
+        key = f"{sched.tenant}/alpha@{ms}"
+        run = RunEnvelope(key, sched.tenant, "alpha", ms, 2, 1, "normal", {}, 1000, "test.record")
+        keys.append(key)
+        prod = producer(sched.stack.kafka)
+        prod.produce(
+            sched.topics.dlq, key=b"alpha", value=DeadLetter(run, "boom", 2, now_ms()).encode()
+        )
+        assert prod.flush(30) == 0
+    status, started = _post(
+        f"{registry.base}/v1/ops/dead-letters/replay",
+        registry.operator_key,
+        _token(registry),
+        {"tenant": sched.tenant, "rate": "0.5/s"},
+    )
+    assert status == 202 and started["selected"] == 2, started
+    audit_id = started["audit_id"]
+    _until(
+        lambda: (
+            _get(f"{registry.base}/v1/ops/replays/{audit_id}", registry.operator_key)[1][
+                "progress"
+            ]["done"]
+            == 1
+        ),
+        "the first run replayed",
+    )
+    proc = sched.procs[-1]  # the registry the fixture started
+    assert "registry" in proc.args
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, sched.log_text("registry")
+    [audit] = _fetch(
+        sched,
+        "SELECT operator, outcome, selected, replayed FROM replay_audit WHERE id = $1",
+        audit_id,
+    )
+    assert tuple(audit) == (registry.operator, "interrupted", 1, 1), sched.log_text("registry")
