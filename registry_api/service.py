@@ -156,7 +156,12 @@ async def serve(
         settings.effective_dsn,
         min_size=2,
         max_size=10,
-        server_settings={"idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_MS)},
+        server_settings={
+            "idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_MS),
+            # No statement of the registry's gains from JIT; a plan costed over its threshold
+            # (a page's read on a large ledger) paid 0.1-1 s compiling (ops_views bench).
+            "jit": "off",
+        },
     )
     # No job of a database of another deployment is written or served (D-048).
     try:

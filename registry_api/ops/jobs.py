@@ -65,9 +65,13 @@ async def list_jobs(
     ]
 
 
-async def get_job(conn: asyncpg.Connection, tenant: str, job_id: str) -> dict[str, Any] | None:
-    """A live job's document, registry fields and latest runs; None: no such job."""
-    row = await conn.fetchrow(QUERIES["job_get"], tenant, job_id)
+async def get_job(
+    conn: asyncpg.Connection, tenant: str, job_id: str, row: asyncpg.Record | None = None
+) -> dict[str, Any] | None:
+    """A live job's document, registry fields and latest runs; None: no such job. `row`: its
+    `job_get` row, when the caller read it already."""
+    if row is None:
+        row = await conn.fetchrow(QUERIES["job_get"], tenant, job_id)
     if row is None:
         return None
     runs = await conn.fetch(QUERIES["job_runs_page"], tenant, job_id, None, RECENT_RUNS)

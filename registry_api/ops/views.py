@@ -48,15 +48,13 @@ async def job_detail(
     """A job as the page shows it: `tickwheel jobs show`'s fields (its latest runs, its pause
     note) with the target redacted, the next occurrences explained, and the operators'
     actions on it, newest first. None: no such job (or deleted)."""
-    found = await get_job(conn, tenant, job_id)
-    if found is None:
+    row = await conn.fetchrow(QUERIES["job_get"], tenant, job_id)
+    found = None if row is None else await get_job(conn, tenant, job_id, row)
+    if row is None or found is None:
         return None
     document = found["document"]
-    row = await conn.fetchrow(QUERIES["job_get"], tenant, job_id)
-    preview: dict[str, Any] | None = None
-    if row is not None:  # deleted between the two reads: no preview
-        spec = spec_from_stored(tenant, document, shards)
-        preview = preview_body(job_view(row), spec, PREVIEW_COUNT, now_ms)
+    spec = spec_from_stored(tenant, document, shards)
+    preview = preview_body(job_view(row), spec, PREVIEW_COUNT, now_ms)
     if isinstance(document.get("target"), dict):
         document = {**document, "target": redacted_target(document["target"])}
     actions = await conn.fetch(QUERIES["ops_audit_of_job"], tenant, job_id, AUDIT_ENTRIES)
