@@ -41,6 +41,7 @@ from typing import Any
 import asyncpg
 import orjson
 
+from tickwheel.db import Conn
 from tickwheel.domain import JobStatus, RunOrigin, RunStatus, parse_run_key
 from tickwheel.queries import QUERIES
 
@@ -142,7 +143,7 @@ class ReplayReport:
 
 
 async def replay(
-    conn: asyncpg.Connection,
+    conn: Conn,
     run_keys: Sequence[str],
     filters: Mapping[str, Any],
     *,
@@ -201,7 +202,7 @@ async def replay(
 
 
 async def _chunk(
-    conn: asyncpg.Connection,
+    conn: Conn,
     run_keys: Sequence[str],
     attempts: int | None,
     dry_run: bool,
@@ -260,7 +261,7 @@ def _fields(decision: Decision) -> tuple[Outcome, str | None, int | None]:
     return decision.outcome, decision.reason, decision.budget
 
 
-async def _finish_audit(conn: asyncpg.Connection, report: ReplayReport) -> None:
+async def _finish_audit(conn: Conn, report: ReplayReport) -> None:
     # Shielded: an interrupted replay still records what it did before the interruption.
     await asyncio.shield(
         conn.execute(

@@ -34,6 +34,7 @@ from typing import Any
 
 import asyncpg
 
+from tickwheel import db
 from tickwheel.clock import now_ms
 from tickwheel.domain import JobStatus, RunStatus
 from tickwheel.queries import QUERIES
@@ -91,7 +92,7 @@ class Applied:
 
 
 # What runs last inside an `apply`'s transaction, given its connection and the results.
-Within = Callable[[asyncpg.Connection, "list[Applied]"], Awaitable[None]]
+Within = Callable[[db.Conn, "list[Applied]"], Awaitable[None]]
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,10 @@ import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple
 
 import asyncpg
 import orjson
-from asyncpg.pool import PoolConnectionProxy
 
 from tickwheel import broken, db
 from tickwheel.domain import RunOrigin, run_key
@@ -26,8 +25,7 @@ from tickwheel.envelopes.run import RunEnvelope
 from tickwheel.queries import QUERIES
 from tickwheel.shards.plan import ClaimBatch, JobEntry, RetryEntry
 
-# A connection of its own or one lent by a pool: the leaders use a pool.
-Conn: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[Any]"
+Conn = db.Conn  # the leaders use a pool
 
 DB_ERRORS = db.DB_ERRORS  # one home: tickwheel/db.py
 

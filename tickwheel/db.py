@@ -14,16 +14,21 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any, TypeAlias
 
 import asyncpg
 
 # asyncpg's client-side input error (its public `DataError` is the server's SQLSTATE 22000).
 from asyncpg.exceptions._base import DataError as ClientDataError
+from asyncpg.pool import PoolConnectionProxy
 
 from tickwheel.deployment import WrongDeployment, ownership_problem
 from tickwheel.domain import PRIORITIES
 from tickwheel.queries import QUERIES
 from tickwheel.run_seal import RunSeal
+
+# A connection of its own or one lent by a pool (`async with pool.acquire() as conn`).
+Conn: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[Any]"
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 PARTITION_DAYS_AHEAD = 7  # days of job_runs partitions kept ready beyond today

@@ -17,6 +17,7 @@ import orjson
 
 from tickwheel.cli_support import BadInput
 from tickwheel.clock import format_ms
+from tickwheel.db import Conn
 from tickwheel.domain import JobStatus, RegistrationOp, job_key, run_key
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.on_demand import (
@@ -55,7 +56,7 @@ def _job_item(r: asyncpg.Record, *extra: str) -> dict[str, Any]:
 
 
 async def list_jobs(
-    conn: asyncpg.Connection, *, tenant: str | None, status: str | None, limit: int
+    conn: Conn, *, tenant: str | None, status: str | None, limit: int
 ) -> list[dict[str, Any]]:
     """Jobs in (tenant, id) order; deleted ones only with `status='deleted'`."""
     rows = await conn.fetch(QUERIES["ops_jobs_list"], tenant, status, limit)
@@ -66,7 +67,7 @@ async def list_jobs(
 
 
 async def get_job(
-    conn: asyncpg.Connection, tenant: str, job_id: str, row: asyncpg.Record | None = None
+    conn: Conn, tenant: str, job_id: str, row: asyncpg.Record | None = None
 ) -> dict[str, Any] | None:
     """A live job's document, registry fields and latest runs; None: no such job. `row`: its
     `job_get` row, when the caller read it already."""
@@ -101,9 +102,7 @@ async def get_job(
     }
 
 
-async def pause_note(
-    db_: asyncpg.Pool | asyncpg.Connection, tenant: str, job_id: str
-) -> dict[str, Any] | None:
+async def pause_note(db_: asyncpg.Pool | Conn, tenant: str, job_id: str) -> dict[str, Any] | None:
     """The note of the job's pause ({"by", "reason", "at"}), if it is paused with one."""
     row = await db_.fetchrow(QUERIES["job_pause_note_get"], tenant, job_id)
     if row is None:
@@ -146,7 +145,7 @@ class Audit:
     detail: str | None = None
     ident: int | None = None  # the row's id, once written
 
-    async def write(self, db_: asyncpg.Pool | asyncpg.Connection, result: str) -> None:
+    async def write(self, db_: asyncpg.Pool | Conn, result: str) -> None:
         if self.operator is None or self.ident is not None:
             return
         self.ident = await db_.fetchval(
@@ -202,7 +201,7 @@ async def change_job(
     record = Audit(operator, _AUDIT_ACTION.get(command, command), tenant, job_id,
                    None if note is None else f"note: {note.reason}")  # fmt: skip
 
-    async def within(conn: asyncpg.Connection, results: list[Applied]) -> None:
+    async def within(conn: Conn, results: list[Applied]) -> None:
         [applied] = results
         try:
             result = _change_result(applied, command)
@@ -242,7 +241,7 @@ def _refused(applied: Applied, action: str) -> None:
 def _audited(record: Audit, action: str, word: Callable[[Applied], str]) -> Within:
     """A `within` that records `record` with the outcome `word` gives an applied op."""
 
-    async def within(conn: asyncpg.Connection, results: list[Applied]) -> None:
+    async def within(conn: Conn, results: list[Applied]) -> None:
         [applied] = results
         try:
             _refused(applied, action)
@@ -334,7 +333,7 @@ async def backfill_job(
 
 
 async def backfill_dispatched(
-    conn: asyncpg.Connection, tenant: str, job_id: str, first_ms: int, last_ms: int
+    conn: Conn, tenant: str, job_id: str, first_ms: int, last_ms: int
 ) -> tuple[int, int]:
     """(dispatched, total) backfill runs of the job scheduled in [first_ms, last_ms]."""
     row = await conn.fetchrow(QUERIES["ops_backfill_progress"], tenant, job_id, first_ms, last_ms)

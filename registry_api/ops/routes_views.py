@@ -136,7 +136,9 @@ async def _letters(request: Request, flt: DlqFilter) -> tuple[list[Letter], int]
 
 
 views = APIRouter(prefix="/v1/ops", tags=["operators"], responses=ERRORS)
-NOT_FOUND = {404: {"model": ErrorBody, "description": "no such job or run"}}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "no such job or run"}
+}
 
 
 @views.get(
@@ -255,7 +257,8 @@ async def replay_letters(request: Request, ctx: Ctx, name: Operator, body: Repla
 
     entry.task = asyncio.create_task(work(), name="dead-letter replay")
     entry.task.add_done_callback(_logged)
-    done, _ = await asyncio.wait({started, entry.task}, return_when=asyncio.FIRST_COMPLETED)
+    waited: set[asyncio.Future[Any]] = {started, entry.task}
+    done, _ = await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
     if started not in done:  # failed before its audit row: its error is the answer
         entry.task.result()
     audit_id = started.result()

@@ -14,6 +14,7 @@ import asyncpg
 import orjson
 
 from tickwheel.clock import format_datetime, format_ms
+from tickwheel.db import Conn
 from tickwheel.domain import parse_run_key, run_key
 from tickwheel.queries import QUERIES
 
@@ -47,7 +48,7 @@ def run_json(row: asyncpg.Record) -> dict[str, Any]:
 
 
 async def list_runs(
-    conn: asyncpg.Connection,
+    conn: Conn,
     *,
     tenant: str | None = None,
     job_id: str | None = None,
@@ -60,7 +61,7 @@ async def list_runs(
     return [run_json(r) for r in rows]
 
 
-async def get_run(conn: asyncpg.Connection, key: str) -> dict[str, Any] | None:
+async def get_run(conn: Conn, key: str) -> dict[str, Any] | None:
     """One run with its job's status and what each replay did to it; None: no such row.
 
     Raises `tickwheel.domain.RunKeyError` for a string that is not a run key.
@@ -74,7 +75,7 @@ async def get_run(conn: asyncpg.Connection, key: str) -> dict[str, Any] | None:
     return out
 
 
-async def replays_of(conn: asyncpg.Connection, key: str) -> list[dict[str, Any]]:
+async def replays_of(conn: Conn, key: str) -> list[dict[str, Any]]:
     """What each recorded replay did to the run `key`, oldest first."""
     rows = await conn.fetch(QUERIES["ops_replay_audit_of_run"], *parse_run_key(key))
     return [
@@ -107,12 +108,12 @@ def audit_json(row: asyncpg.Record) -> dict[str, Any]:
     }
 
 
-async def replay_audit(conn: asyncpg.Connection, limit: int) -> list[dict[str, Any]]:
+async def replay_audit(conn: Conn, limit: int) -> list[dict[str, Any]]:
     """The latest `limit` replays, newest first."""
     return [audit_json(r) for r in await conn.fetch(QUERIES["ops_replay_audit_list"], limit)]
 
 
-async def replay_audit_entry(conn: asyncpg.Connection, ident: int) -> dict[str, Any] | None:
+async def replay_audit_entry(conn: Conn, ident: int) -> dict[str, Any] | None:
     """One replay's record by its id (None: no such replay)."""
     row = await conn.fetchrow(QUERIES["ops_replay_audit_get"], ident)
     return None if row is None else audit_json(row)

@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
-
+from tickwheel.db import Conn
 from tickwheel.domain import parse_run_key
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import spec_from_stored
@@ -43,7 +42,7 @@ def redacted_target(target: dict[str, Any]) -> dict[str, Any]:
 
 
 async def job_detail(
-    conn: asyncpg.Connection, tenant: str, job_id: str, *, shards: int, now_ms: int
+    conn: Conn, tenant: str, job_id: str, *, shards: int, now_ms: int
 ) -> dict[str, Any] | None:
     """A job as the page shows it: `tickwheel jobs show`'s fields (its latest runs, its pause
     note) with the target redacted, the next occurrences explained, and the operators'
@@ -78,7 +77,7 @@ async def job_detail(
     }
 
 
-async def run_detail(conn: asyncpg.Connection, key: str) -> dict[str, Any] | None:
+async def run_detail(conn: Conn, key: str) -> dict[str, Any] | None:
     """A run as the page shows it: its ledger row (attempt, worker, timings, origin, last
     error), its job's status and what each replay did to it. None: no such run. Raises
     `tickwheel.domain.RunKeyError` for a string that is not a run key."""
