@@ -37,7 +37,6 @@ from tickwheel.registry_api.errors import install_error_handlers
 from tickwheel.registry_api.metrics import Metrics, Observe
 from tickwheel.registry_api.ops.routes import install as install_ops
 from tickwheel.registry_api.ops.routes_jobs import install as install_ops_jobs
-from tickwheel.registry_api.ops.routes_views import DeadLetterSource
 from tickwheel.registry_api.ops.routes_views import install as install_ops_views
 from tickwheel.registry_api.params import Registry
 from tickwheel.registry_api.routes import jobs, operations
@@ -56,14 +55,12 @@ def create_app(
     clock: Callable[[], int] = now_ms,
     parts: Mapping[str, PartState] | None = None,
     metrics: Metrics | None = None,
-    dead_letters: DeadLetterSource | None = None,
     csrf_secret: bytes | None = None,
 ) -> FastAPI:
     """The registry HTTP API over `store`; `clock` gives now in UTC milliseconds; `parts`, the
     process's health records, are reported (and a dead one fails) by /healthz; `metrics`, the
     process's collectors when other parts count into them too (the intake), served at /metrics;
-    `dead_letters`, where the operators' page reads the DLQ (None: its dead-letter view
-    answers 503); `csrf_secret`, the deployment's secret for the page's CSRF tokens (None: one
+    `csrf_secret`, the deployment's secret for the page's CSRF tokens (None: one
     drawn for this app)."""
     metrics = metrics or Metrics()
     app = FastAPI(
@@ -83,7 +80,7 @@ def create_app(
     app.include_router(operations)
     install_ops(app)  # /v1/ops/… and the /ui status page (ops/routes.py)
     install_ops_jobs(app, csrf_secret)  # the page's jobs list and actions (ops/routes_jobs.py)
-    install_ops_views(app, dead_letters)  # one job, one run, the DLQ (ops/routes_views.py)
+    install_ops_views(app)  # one job, one run, the dead letters (ops/routes_views.py)
     install_docs(app)  # /docs, Swagger UI served from the package (docs_page.py)
     app.router.redirect_slashes = False
     app.router.default = SlashRedirect(app.router)

@@ -188,20 +188,14 @@ async def serve(
         process.spawn("intake", taker.run(process.stop))
     if http:
         from tickwheel.registry_api.http import create_app
-        from tickwheel.registry_api.ops.routes_views import DeadLetterSource, interrupt_replays
+        from tickwheel.registry_api.ops.routes_views import interrupt_replays
 
-        dead_letters = DeadLetterSource(
-            settings.effective_kafka,
-            Topics(settings.topic_prefix).dlq,
-            settings.ops_kafka_timeout_s,
-        )
         secret = await pool.fetchval(QUERIES["csrf_secret"])  # shared by the registries
         app = create_app(
             store,
             limits_of(settings),
             parts=process.health,
             metrics=metrics,
-            dead_letters=dead_letters,
             csrf_secret=None if secret is None else bytes(secret),
         )
         # Closed in reverse: this runs before the pool closes, so the audit gets its end.

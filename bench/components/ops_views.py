@@ -61,7 +61,7 @@ from tickwheel.config import load_settings
 from tickwheel.registry_api.ops.jobs import get_job, jobs_page
 from tickwheel.registry_api.ops.runs import get_run, list_runs, replay_audit, replays_of
 from tickwheel.registry_api.ops.store import OpsStore
-from tickwheel.registry_api.ops.views import job_detail, run_detail
+from tickwheel.registry_api.ops.views import DeadFilter, dead_letters, job_detail, run_detail
 from tickwheel.registry_api.store import RegistryStore
 from tickwheel.testing import migrate, scratch_database_async, with_database
 
@@ -290,6 +290,29 @@ def detail_views(s: Seed) -> list[View]:
             lambda x: run_detail(x.conn, run),
             _replays_of,
         ),
+        *dead_letter_views(s),
+    ]
+
+
+def dead_letter_views(s: Seed) -> list[View]:
+    """The page's dead letters (views.dead_letters: 50 and the count up to 10,000): a day, a
+    month, a tenant's month, and an error text no dead run of a month holds."""
+    t, big = s.seeded_at_ms, s.big_tenant
+    cases = [
+        ("24 h", DeadFilter(since_ms=t - DAY_MS), True),
+        ("30 d", DeadFilter(since_ms=t - LEDGER_DAYS * DAY_MS), True),
+        ("30 d, tenant", DeadFilter(since_ms=t - LEDGER_DAYS * DAY_MS, tenant=big), True),
+        ("30 d, rare error", DeadFilter(since_ms=t - LEDGER_DAYS * DAY_MS, error="zq#"), False),
+    ]
+    return [
+        View(
+            f"dead_letters: {label}",
+            f"views.dead_letters({flt.to_json()}, 50)",
+            lambda x, flt=flt: dead_letters(x.conn, flt, PAGE_LIMIT),  # type: ignore[misc]
+            lambda answer: len(answer[0]),  # (the letters, their count)
+            must,
+        )
+        for label, flt, must in cases
     ]
 
 

@@ -1,7 +1,7 @@
 """What the operators' page shows of one job and of one run (`GET /v1/ops/jobs/{t}/{id}`,
 `GET /v1/ops/runs/{run key}`), read from Postgres through the same reads as `tickwheel jobs
 show` and `tickwheel runs show` (ops/jobs.py, ops/runs.py) and the tenants' preview
-(render.py `preview_body`).
+(render.py `preview_body`); and its dead letters, the ledger's dead runs (D-280).
 
 Nothing a tenant keeps secret reaches the page: an HTTP target's header values are replaced by
 `HIDDEN`, and its URL loses any user information and query (both may carry credentials). The
@@ -10,11 +10,16 @@ payload is shown: operators need it to see what a run did, and the page puts it 
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
+
+from tickwheel.clock import format_ms
 from tickwheel.db import Conn
-from tickwheel.domain import parse_run_key
+from tickwheel.domain import parse_run_key, run_key
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import spec_from_stored
 from tickwheel.registry_api.ops.jobs import get_job
@@ -25,6 +30,8 @@ from tickwheel.registry_api.rows import job_view
 HIDDEN = "(hidden)"
 PREVIEW_COUNT = 5  # next occurrences the job view explains
 AUDIT_ENTRIES = 20  # operators' actions on a job the job view lists
+COUNT_MAX = 10_000  # dead runs the dead-letter view counts at most ("10,000+")
+_LIKE_SPECIAL = re.compile(r"[\\%_]")  # what a LIKE pattern would read as more than itself
 
 
 def redacted_target(target: dict[str, Any]) -> dict[str, Any]:
@@ -86,3 +93,58 @@ async def run_detail(conn: Conn, key: str) -> dict[str, Any] | None:
     if found is None:
         return None
     return {**found, "job": f"{tenant}/{job_id}"}
+
+
+def like_pattern(piece: str) -> str:
+    """An ILIKE pattern finding `piece` anywhere, as text: its `\\`, `%` and `_` escaped."""
+    return "%" + _LIKE_SPECIAL.sub(lambda m: "\\" + m.group(0), piece) + "%"
+
+
+@dataclass(frozen=True)
+class DeadFilter:
+    """The dead-letter view's filters; None leaves one out."""
+
+    since_ms: int | None = None  # died at or after, unix ms
+    tenant: str | None = None
+    job_id: str | None = None
+    error: str | None = None  # a piece of the last error, any case
+
+    def args(self) -> tuple[int | None, str | None, str | None, str | None]:
+        """The statements' parameters: the error as an ILIKE pattern of its text."""
+        pattern = None if self.error is None else like_pattern(self.error)
+        return (self.since_ms, self.tenant, self.job_id, pattern)
+
+    def to_json(self) -> dict[str, Any]:
+        """The filters as given, for the answer and the replay audit (`source`: where the
+        runs were chosen: the ledger, where `tickwheel dlq replay` reads the topic)."""
+        return {
+            "since": None if self.since_ms is None else format_ms(self.since_ms),
+            "job": self.job_id,
+            "tenant": self.tenant,
+            "error": self.error,
+            "source": "ledger",
+        }
+
+
+def _letter(r: asyncpg.Record) -> dict[str, Any]:
+    return {
+        "run_key": run_key(r["tenant"], r["job_id"], r["scheduled_ms"]),
+        "tenant": r["tenant"],
+        "job_id": r["job_id"],
+        "scheduled_at": format_ms(r["scheduled_ms"]),
+        "dead_at": format_ms(r["dead_ms"]),
+        "attempts": r["attempt"],
+        "error": r["last_error"],
+    }
+
+
+async def dead_letters(
+    conn: Conn, flt: DeadFilter, limit: int, count_max: int | None = COUNT_MAX
+) -> tuple[list[dict[str, Any]], int | None]:
+    """The oldest `limit` dead runs `flt` selects, and how many it selects, counted up to
+    `count_max` (None: not counted)."""
+    rows = await conn.fetch(QUERIES["ops_dead_letters"], *flt.args(), limit)
+    matching: int | None = None
+    if count_max is not None:
+        matching = await conn.fetchval(QUERIES["ops_dead_letters_count"], *flt.args(), count_max)
+    return [_letter(r) for r in rows], matching

@@ -73,14 +73,9 @@ OPERATIONS = (
     ("POST", "/v1/ops/dead-letters/replay"),
     ("GET", "/v1/ops/replays/{audit_id}"),
 )
-# With an operator key (and a CSRF token), the operators' endpoints that answer from Postgres:
-# past the key, their own input checks. The dead-letter endpoints read Kafka, which this app
-# has not got (503 by design); their input checks are the replay body's model and `since`.
-OPERATOR_OPERATIONS = [
-    (method, path)
-    for method, path in OPERATIONS
-    if path.startswith("/v1/ops/") and "dead-letters" not in path
-]
+# With an operator key (and a CSRF token), the operators' endpoints: past the key, their own
+# input checks.
+OPERATOR_OPERATIONS = [(method, path) for method, path in OPERATIONS if path.startswith("/v1/ops/")]
 _SEEDED: dict[str, str] = {}  # the fuzzing tenant's name, once made
 LIMITS = Limits(
     payload_limit_bytes=8192, target_allowlist=("https://hooks.example.test/",), shards=SHARDS

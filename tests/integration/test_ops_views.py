@@ -547,3 +547,44 @@ def test_a_replay_under_way_ends_interrupted_when_its_registry_stops(ops: Regist
         audit_id,
     )
     assert tuple(audit) == (registry.operator, "interrupted", 1, 1), sched.log_text("registry")
+
+
+def test_the_dead_letter_view_filters_the_ledgers_dead_runs(ops: Registry) -> None:
+    """the dead-letter view lists dead runs only, oldest death first, filtered by tenant, job,
+    since and a piece of the error taken as text (a % in it is no wildcard), with the count"""
+    registry, sched = ops, ops.sched
+    now = now_ms() // 1000 * 1000
+    rows = [  # job, scheduled, status, error, died this long ago
+        ("alpha", now - 300_000, "dead", "disk 50% full", 3_600_000),
+        ("alpha", now - 200_000, "dead", "disk 500 full", 60_000),
+        ("beta", now - 100_000, "dead", "HTTP 503 from <b>upstream</b>", 120_000),
+        ("beta", now - 50_000, "succeeded", "disk 50% full", 10_000),
+    ]
+    for job_id, scheduled, status, error, ago in rows:
+        _fetch(
+            sched,
+            "INSERT INTO job_runs (tenant, job_id, scheduled_at, shard_id, priority, epoch,"
+            " status, attempt, max_attempts, last_error, finished_at) VALUES ($1, $2,"
+            " 'epoch'::timestamptz + $3 * interval '1 ms', 0, 'normal', 1, $4, 3, 3, $5,"
+            " now() - $6 * interval '1 ms')",
+            sched.tenant,
+            job_id,
+            scheduled,
+            status,
+            error,
+            ago,
+        )
+    base = f"{registry.base}/v1/ops/dead-letters?tenant={sched.tenant}"
+
+    def keys(query: str) -> tuple[list[str], int]:
+        status, body = _get(base + query, registry.operator_key)
+        assert status == 200, body
+        return [i["run_key"].rsplit("@", 1)[1] for i in body["items"]], body["matching"]
+
+    oldest_first = [str(now - 300_000), str(now - 100_000), str(now - 200_000)]
+    assert keys("") == (oldest_first, 3)
+    assert keys("&since=30m") == (oldest_first[1:], 2)
+    assert keys("&job=beta") == ([str(now - 100_000)], 1)
+    assert keys("&error=50%25") == ([str(now - 300_000)], 1)  # '50%' as text
+    assert keys("&error=UPSTREAM") == ([str(now - 100_000)], 1)
+    assert keys("&limit=1") == (oldest_first[:1], 3)

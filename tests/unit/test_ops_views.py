@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tickwheel.registry_api.ops.views import HIDDEN, redacted_target
+from tickwheel.registry_api.ops.views import HIDDEN, like_pattern, redacted_target
 
 pytestmark = pytest.mark.unit
 
@@ -30,3 +30,8 @@ def test_header_values_query_and_credentials_are_hidden() -> None:
 def test_a_plain_url_and_no_headers_stay_as_they_are() -> None:
     target = {"url": "https://api.example.com/hook", "method": "GET"}
     assert redacted_target(target) == {**target, "headers": {}}
+
+
+def test_an_error_piece_is_matched_as_text() -> None:
+    assert like_pattern("timeout") == "%timeout%"
+    assert like_pattern("50%_off\\x") == "%50\\%\\_off\\\\x%"

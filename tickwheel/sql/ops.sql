@@ -226,6 +226,37 @@ WHERE status = 'dead'
 ORDER BY finished_at DESC
 LIMIT $2
 
+-- ops_dead_letters --
+-- The operators' page's dead letters (D-280): the ledger's dead runs, the oldest death first,
+-- filtered by when they died ($1 ms, at or after; NULL: any time), tenant $2, job id $3 and an
+-- ILIKE pattern over the last error $4 (`%piece%`, found through `job_runs_dead_error`,
+-- migration 0017); NULL leaves a filter out; at most $5. In the order of `job_runs_dead`
+-- (finished_at), so a page stops reading at its LIMIT.
+SELECT tenant, job_id, (extract(epoch FROM scheduled_at) * 1000)::bigint AS scheduled_ms,
+       attempt, (extract(epoch FROM finished_at) * 1000)::bigint AS dead_ms, last_error
+FROM job_runs
+WHERE status = 'dead'
+  AND ($1::bigint IS NULL
+       OR finished_at >= 'epoch'::timestamptz + $1::bigint * interval '1 millisecond')
+  AND ($2::text IS NULL OR tenant = $2::text)
+  AND ($3::text IS NULL OR job_id = $3::text)
+  AND ($4::text IS NULL OR last_error ILIKE $4::text)
+ORDER BY job_runs.finished_at, job_runs.tenant, job_runs.job_id, job_runs.scheduled_at
+LIMIT $5
+
+-- ops_dead_letters_count --
+-- How many dead runs `ops_dead_letters`' filters ($1-$4) select, counted up to $5 (a page says
+-- "10,000+" rather than read every dead run of a month).
+SELECT count(*)
+FROM (SELECT FROM job_runs
+      WHERE status = 'dead'
+        AND ($1::bigint IS NULL
+             OR finished_at >= 'epoch'::timestamptz + $1::bigint * interval '1 millisecond')
+        AND ($2::text IS NULL OR tenant = $2::text)
+        AND ($3::text IS NULL OR job_id = $3::text)
+        AND ($4::text IS NULL OR last_error ILIKE $4::text)
+      LIMIT $5) AS capped
+
 -- job_pause_note_write --
 -- Who paused a job and why, on the version the pause gave it (migration 0016); replaces the
 -- job's earlier note.

@@ -1,5 +1,5 @@
 // The operators' views beyond the status cards and the jobs list (app.js): one job with its
-// actions, one run, and the dead letters with their replay. Chosen by the URL's fragment —
+// actions, one run, and the dead letters (the ledger's dead runs) with their replay. Chosen by the URL's fragment —
 // #job/<tenant>/<job id>, #run/<run key>, #dlq — so a view can be linked and reloaded. Uses
 // app.js's helpers ($, getJson, postJson, cell, instant, Refused, lock). Every value from the
 // server goes in as text. Actions that change more than one run (backfill, delete, replay) ask
@@ -296,7 +296,7 @@ function letterFilters() {
 async function loadLetters() {
   const params = new URLSearchParams();
   for (const [name, value] of Object.entries(letterFilters())) if (value) params.set(name, value);
-  $("dlq-count").textContent = "reading the dead-letter topic…";
+  $("dlq-count").textContent = "reading…";
   try {
     const data = await getJson("/v1/ops/dead-letters?" + params.toString());
     const body = $("dlq").tBodies[0];
@@ -310,8 +310,9 @@ async function loadLetters() {
       err.title = d.error;
       body.appendChild(tr);
     }
-    $("dlq-count").textContent = data.matching + " match" + (data.matching > data.items.length ? ", the oldest " + data.items.length + " shown" : "") +
-      (data.malformed ? " · " + data.malformed + " messages on the topic are not dead letters" : "");
+    const matching = data.matching + (data.matching_capped ? "+" : "");
+    $("dlq-count").textContent = matching + " match" +
+      (data.matching > data.items.length ? ", the oldest " + data.items.length + " shown" : "");
     document.body.dataset.dlqLoads = String(Number(document.body.dataset.dlqLoads || 0) + 1);
   } catch (err) {
     failed($("dlq-count"), err);
