@@ -28,6 +28,8 @@ VIEWS = {
     "list_runs: job", "list_runs: dead", "list_runs: last hour", "get_run", "replays_of",
     "replay_audit", "run_rates: 10 min", "run_rates: 60 min", "dead_runs: 24 h",
     "dead_runs: 30 days", "shard_leaders", "tenants", "job_detail: hot job", "run_detail",
+    "dead_letters: 24 h", "dead_letters: 30 d", "dead_letters: 30 d, tenant",
+    "dead_letters: 30 d, rare error",
 }  # fmt: skip
 
 
