@@ -36,10 +36,20 @@ def with_database(dsn: str, database: str) -> str:
     return urlunsplit(urlsplit(dsn)._replace(path=f"/{database}"))
 
 
-async def _admin(dsn: str, statement: str) -> None:
+async def admin(dsn: str, statement: str) -> None:
+    """Run `statement` (CREATE or DROP DATABASE) on the server's `postgres` database."""
     conn = await asyncpg.connect(with_database(dsn, "postgres"))
     try:
         await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def database_exists(dsn: str, name: str) -> bool:
+    """Whether the server of `dsn` holds a database `name`."""
+    conn = await asyncpg.connect(with_database(dsn, "postgres"))
+    try:
+        return bool(await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name))
     finally:
         await conn.close()
 
@@ -63,22 +73,22 @@ async def scratch_database_async(
     """A new database named `<prefix>_<random>` (a copy of `template`, if given) on the server
     of `dsn`, dropped (with any connections left) when the block ends."""
     name, create, drop = _scratch(prefix, template)
-    await _admin(dsn, create)
+    await admin(dsn, create)
     try:
         yield Database(name, with_database(dsn, name))
     finally:
-        await _admin(dsn, drop)
+        await admin(dsn, drop)
 
 
 @contextmanager
 def scratch_database(dsn: str, prefix: str, *, template: str | None = None) -> Iterator[Database]:
     """`scratch_database_async` for callers outside an event loop (pytest fixtures)."""
     name, create, drop = _scratch(prefix, template)
-    asyncio.run(_admin(dsn, create))
+    asyncio.run(admin(dsn, create))
     try:
         yield Database(name, with_database(dsn, name))
     finally:
-        asyncio.run(_admin(dsn, drop))
+        asyncio.run(admin(dsn, drop))
 
 
 def create_scratch_database(dsn: str, prefix: str) -> tuple[Database, Callable[[], None]]:
@@ -86,8 +96,8 @@ def create_scratch_database(dsn: str, prefix: str) -> tuple[Database, Callable[[
     database may outlive the block (`tickwheel demo --keep`; a context manager's generator
     would drop it when collected)."""
     name, create, drop = _scratch(prefix, None)
-    asyncio.run(_admin(dsn, create))
-    return Database(name, with_database(dsn, name)), lambda: asyncio.run(_admin(dsn, drop))
+    asyncio.run(admin(dsn, create))
+    return Database(name, with_database(dsn, name)), lambda: asyncio.run(admin(dsn, drop))
 
 
 async def migrate(dsn: str, *, deployment: str | None = None, partitions: bool = True) -> None:

@@ -28,6 +28,7 @@ from tickwheel.envelopes.dead_letters import DeadLetter
 from tickwheel.envelopes.run import RunEnvelope
 from tickwheel.kafka.admin import create_topics, delete_topics
 from tickwheel.kafka.clients import producer
+from tickwheel.kafka.producing import Outgoing, publish_confirmed
 from tickwheel.registry_api.ops.dlq import DlqFilter, read_dead_letters, select
 
 DAY_MS = 86_400_000
@@ -51,12 +52,12 @@ def letters(count: int, days: int, now: int) -> list[DeadLetter]:
 
 
 def publish(bootstrap: str, topic: str, items: list[DeadLetter]) -> None:
-    prod = producer(bootstrap)
-    for n, item in enumerate(items):
-        prod.produce(topic, key=item.run.job_id, value=item.encode(), timestamp=item.dead_at)
-        if n % 10_000 == 0:
-            prod.poll(0)
-    if prod.flush(120) != 0:
+    """The letters, stamped with their death, through `publish_confirmed`."""
+    messages = [
+        Outgoing(topic, item.encode(), key=item.run.job_id, timestamp_ms=item.dead_at)
+        for item in items
+    ]
+    if publish_confirmed(producer(bootstrap), messages, timeout_s=120):
         raise RuntimeError("dead letters not acknowledged")
 
 

@@ -63,7 +63,13 @@ from tickwheel.registry_api.ops.runs import get_run, list_runs, replay_audit, re
 from tickwheel.registry_api.ops.store import OpsStore
 from tickwheel.registry_api.ops.views import DeadFilter, dead_letters, job_detail, run_detail
 from tickwheel.registry_api.store import RegistryStore
-from tickwheel.testing import migrate, scratch_database_async, with_database
+from tickwheel.testing import (
+    admin,
+    database_exists,
+    migrate,
+    scratch_database_async,
+    with_database,
+)
 
 TARGET_MS = 200.0
 HOUR_MS = 3_600_000
@@ -433,22 +439,6 @@ async def explain(dsn: str, view: View) -> list[dict[str, Any]]:
 # --- the database and the run --------------------------------------------------------------------
 
 
-async def _admin(dsn: str, statement: str) -> None:
-    conn = await asyncpg.connect(with_database(dsn, "postgres"))
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
-async def _exists(dsn: str, name: str) -> bool:
-    conn = await asyncpg.connect(with_database(dsn, "postgres"))
-    try:
-        return bool(await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name))
-    finally:
-        await conn.close()
-
-
 @asynccontextmanager
 async def database(dsn: str, keep: str | None, reuse: str | None) -> AsyncIterator[str]:
     """The database to measure: `reuse` as it is (migrated to the current schema), `keep`
@@ -458,18 +448,18 @@ async def database(dsn: str, keep: str | None, reuse: str | None) -> AsyncIterat
         if name is not None and not NAME_FORM.match(name):
             raise SystemExit(f"{name!r}: a database name here matches {NAME_FORM.pattern}")
     if reuse is not None:
-        if not await _exists(dsn, reuse):
+        if not await database_exists(dsn, reuse):
             raise SystemExit(f"no database {reuse!r} to reuse")
         await migrate(with_database(dsn, reuse), partitions=False)
         yield reuse
     elif keep is not None:
-        if await _exists(dsn, keep):
+        if await database_exists(dsn, keep):
             raise SystemExit(f"database {keep!r} exists: --reuse it, or drop it first")
-        await _admin(dsn, f'CREATE DATABASE "{keep}"')
+        await admin(dsn, f'CREATE DATABASE "{keep}"')
         try:
             yield keep
         except BaseException:
-            await _admin(dsn, f'DROP DATABASE IF EXISTS "{keep}" WITH (FORCE)')
+            await admin(dsn, f'DROP DATABASE IF EXISTS "{keep}" WITH (FORCE)')
             raise
     else:
         async with scratch_database_async(dsn, "ops_views") as scratch:

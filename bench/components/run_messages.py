@@ -6,8 +6,9 @@ could save, on the dev stack's broker, with the envelopes leaders publish today
 (`envelopes.run.encode_run`, sealed, with their headers):
 
     one     N messages, one run each, as `shards/outbox.py` produces them (headers run_key,
-            epoch, seal), then consumed in batches of 500 and each decoded as a worker does
-            (`RunEnvelope.decode`, the seal opened)
+            epoch, seal; `publish_confirmed`, 5,000 runs a publish as a claim), then consumed
+            in batches of 500 and each decoded as a worker does (`RunEnvelope.decode`, the
+            seal opened)
     k       N / k messages of k runs each (the runs' envelopes as a JSON array, one seal over
             the value, headers epoch and seal), consumed the same way, each message's runs
             decoded from the array (`RunEnvelope.from_dict` per run)
@@ -37,9 +38,11 @@ from tickwheel.domain import run_key
 from tickwheel.envelopes.run import RunEnvelope, encode_run, run_headers
 from tickwheel.kafka.admin import create_topics, delete_topics
 from tickwheel.kafka.clients import consumer, producer
+from tickwheel.kafka.producing import ONLY_ERROR_REPORTS, Outgoing, publish_confirmed
 from tickwheel.run_seal import SEAL_HEADER, RunSeal
 
 PARTITIONS = 6
+CLAIM_RUNS = 5_000  # runs a leader's claim statement carries at most
 EPOCH = 7
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -85,28 +88,27 @@ def envelopes(runs: int) -> list[tuple[str, bytes]]:
 def produce(
     bootstrap: str, topic: str, runs: list[tuple[str, bytes]], k: int, seal: RunSeal
 ) -> None:
-    prod = producer(bootstrap)
+    """Publish as a leader does (`publish_confirmed` on a producer reporting failures only),
+    one confirmed publish per claim's worth (`CLAIM_RUNS`)."""
+    prod = producer(bootstrap, **ONLY_ERROR_REPORTS)
     epoch = str(EPOCH).encode()
-    for first in range(0, len(runs), k):
-        part = runs[first : first + k]
-        partition = (first // k) % PARTITIONS
-        headers: list[tuple[str, str | bytes | None]]
-        if k == 1:
-            key, value = part[0]
-            headers = list(run_headers(key, epoch))
-        else:
-            value = b"[" + b",".join(v for _, v in part) + b"]"
-            headers = [("epoch", epoch)]
-        headers.append((SEAL_HEADER, seal.seal(value)))
-        while True:
-            try:
-                prod.produce(topic, value, partition=partition, headers=headers)
-                break
-            except BufferError:
-                prod.poll(0.05)
-        prod.poll(0)
-    if prod.flush(120) != 0:
-        raise RuntimeError("not acknowledged")
+    for start in range(0, len(runs), CLAIM_RUNS):
+        claim = runs[start : start + CLAIM_RUNS]
+        partition = (start // CLAIM_RUNS) % PARTITIONS  # a claim's runs: one shard's partition
+        messages = []
+        for first in range(0, len(claim), k):
+            part = claim[first : first + k]
+            headers: list[tuple[str, str | bytes | None]]
+            if k == 1:
+                key, value = part[0]
+                headers = list(run_headers(key, epoch))
+            else:
+                value = b"[" + b",".join(v for _, v in part) + b"]"
+                headers = [("epoch", epoch)]
+            headers.append((SEAL_HEADER, seal.seal(value)))
+            messages.append(Outgoing(topic, value, headers=headers, partition=partition))
+        if publish_confirmed(prod, messages, distinct_values=True):
+            raise RuntimeError("not acknowledged")
 
 
 def consume(bootstrap: str, topic: str, runs: int, k: int, seal: RunSeal) -> None:

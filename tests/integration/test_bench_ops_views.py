@@ -10,11 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from tickwheel.stack import Addresses
-from tickwheel.testing import with_database
+from tickwheel.testing import database_exists
 
 pytestmark = pytest.mark.integration
 
@@ -31,14 +30,6 @@ VIEWS = {
     "dead_letters: 24 h", "dead_letters: 30 d", "dead_letters: 30 d, tenant",
     "dead_letters: 30 d, rare error",
 }  # fmt: skip
-
-
-async def _database_exists(dsn: str, name: str) -> bool:
-    conn = await asyncpg.connect(with_database(dsn, "postgres"))
-    try:
-        return bool(await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name))
-    finally:
-        await conn.close()
 
 
 @pytest.mark.timeout(120)
@@ -73,4 +64,4 @@ def test_every_view_answers_on_a_seeded_ledger(stack: Addresses, tmp_path: Path)
     assert figures["get_run"]["rows"] > 1  # the replays that met the run
     assert figures["get_job: hot job"]["rows"] == 10  # `jobs show`'s latest runs
     assert "| jobs page |" in done.stdout.decode()
-    assert not asyncio.run(_database_exists(stack.dsn, report["database"]))
+    assert not asyncio.run(database_exists(stack.dsn, report["database"]))

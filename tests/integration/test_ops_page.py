@@ -234,9 +234,15 @@ def _click(page: DevTools, job_id: str) -> None:
     assert clicked, _rows(page)
 
 
-def _screenshot(page: DevTools, tmp_path: Path, name: str) -> Path:
-    """The viewport, scrolled to the jobs view, as PNG under tmp_path (and TICKWHEEL_ARTIFACTS)."""
-    page.evaluate("document.getElementById('jobs-card').scrollIntoView(); true")
+def _screenshot(
+    page: DevTools,
+    tmp_path: Path,
+    name: str,
+    scroll: str = "document.getElementById('jobs-card').scrollIntoView()",
+) -> Path:
+    """The viewport, scrolled by the script `scroll` (default: to the jobs view), as PNG under
+    tmp_path (and TICKWHEEL_ARTIFACTS)."""
+    page.evaluate(f"{scroll}; true")
     shot = page.call("Page.captureScreenshot", format="png")
     path = tmp_path / name
     path.write_bytes(base64.b64decode(shot["data"]))

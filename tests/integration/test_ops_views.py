@@ -7,7 +7,6 @@ database. Screenshots of each view are kept (TICKWHEEL_ARTIFACTS)."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import signal
 import time
@@ -40,7 +39,10 @@ from .test_ops_page import (
     _until,
     start_registry,
 )
-from .test_status_page import DevTools, _cli, _get, headless_chromium, keep_artifact
+from .test_ops_page import (
+    _screenshot as screenshot,
+)
+from .test_status_page import DevTools, _cli, _get, headless_chromium
 
 pytestmark = pytest.mark.integration
 
@@ -95,12 +97,8 @@ def _type(page: DevTools, element_id: str, value: str) -> None:
 
 
 def _screenshot(page: DevTools, tmp_path: Path, name: str) -> None:
-    """The viewport from the top, as PNG under tmp_path (and TICKWHEEL_ARTIFACTS)."""
-    page.evaluate("window.scrollTo(0, 0); true")
-    shot = page.call("Page.captureScreenshot", format="png")
-    path = tmp_path / name
-    path.write_bytes(base64.b64decode(shot["data"]))
-    keep_artifact(path)
+    """The viewport from the top (test_ops_page's screenshot)."""
+    screenshot(page, tmp_path, name, scroll="window.scrollTo(0, 0)")
 
 
 def test_a_job_paused_with_a_note_from_its_view_is_paused_with_the_note(
