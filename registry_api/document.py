@@ -17,12 +17,14 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from tickwheel.clock import format_ms
 from tickwheel.domain import JobKind, job_key
 from tickwheel.schedule import (
     SHARED,
     ScheduleError,
     Timing,
     first_run_at,
+    in_window,
     next_fire_after,
     parse_at,
 )
@@ -165,6 +167,7 @@ class JobSpec:
         """When the job fires, as `tickwheel.schedule` computes it (made on demand: the hot
         path answers from `_memo` and never needs it)."""
         doc = self.document
+        start_ms, end_ms = self.window_ms
         return Timing(
             key=self.key,
             schedule=doc.schedule,
@@ -172,6 +175,17 @@ class JobSpec:
             timezone=doc.timezone,
             dst_gap=doc.dst.gap,
             dst_overlap=doc.dst.overlap,
+            start_ms=start_ms,
+            end_ms=end_ms,
+        )
+
+    @property
+    def window_ms(self) -> tuple[int | None, int | None]:
+        """The active window's (start, end) as UTC ms (None: unbounded on that side)."""
+        doc = self.document
+        return (
+            None if doc.start_at is None else parse_at(doc.start_at),
+            None if doc.end_at is None else parse_at(doc.end_at),
         )
 
     def next_fire_after(self, after_ms: int) -> int | None:
@@ -275,6 +289,8 @@ def _free_text_problems(doc: JobDocument) -> list[FieldProblem]:
         ("schedule", doc.schedule),
         ("at", doc.at),
         ("timezone", doc.timezone),
+        ("start_at", doc.start_at),
+        ("end_at", doc.end_at),
     ]
     if doc.target is not None:
         texts.append(("target.url", doc.target.url))
@@ -330,12 +346,27 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
         )
     if (doc.handler is None) == (doc.target is None):
         problems.append(FieldProblem("handler", "give exactly one of 'handler' and 'target'"))
+    window, window_problems = _window(doc)
+    problems += window_problems
     if doc.schedule is not None:
+        schedule = doc.schedule
         try:
-            upcoming = SHARED.next_after(
-                doc.schedule, doc.timezone, key, doc.dst.gap, doc.dst.overlap, now_ms
+            upcoming = in_window(
+                lambda t: SHARED.next_after(
+                    schedule, doc.timezone, key, doc.dst.gap, doc.dst.overlap, t
+                ),
+                now_ms,
+                *window,
             )
-            if upcoming is None:
+            if upcoming is None and window[1] is not None and not window_problems:
+                problems.append(
+                    FieldProblem(
+                        "end_at",
+                        f"no occurrence of the schedule falls between now ({format_ms(now_ms)}) "
+                        f"and end_at ({format_ms(window[1])}): the job would never run",
+                    )
+                )
+            elif upcoming is None:
                 problems.append(FieldProblem("schedule", "has no future occurrence"))
         except ScheduleError as exc:
             problems.append(FieldProblem(exc.field, exc.message))
@@ -371,6 +402,41 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
     if doc.schedule is not None:
         spec._memo.append((now_ms, upcoming))
     return spec
+
+
+def _window(doc: JobDocument) -> tuple[tuple[int | None, int | None], list[FieldProblem]]:
+    """The active window's (start, end) in UTC ms, and what is wrong with it."""
+    problems: list[FieldProblem] = []
+    bounds: list[int | None] = []
+    for name in ("start_at", "end_at"):
+        text = getattr(doc, name)
+        if text is None:
+            bounds.append(None)
+            continue
+        try:
+            bounds.append(parse_at(text))
+        except ScheduleError as exc:
+            problems.append(FieldProblem(name, exc.message))
+            bounds.append(None)
+    start, end = bounds
+    if doc.at is not None:
+        problems += [
+            FieldProblem(name, "applies to a cron schedule only; a one-off runs once, at 'at'")
+            for name in ("start_at", "end_at", "after_end")
+            if getattr(doc, name) is not None
+        ]
+    elif doc.after_end is not None and doc.end_at is None:
+        problems.append(
+            FieldProblem("after_end", "needs end_at: without it the schedule never ends")
+        )
+    if start is not None and end is not None and end <= start:
+        problems.append(
+            FieldProblem(
+                "end_at",
+                f"must be after start_at ({format_ms(start)}), not {format_ms(end)}",
+            )
+        )
+    return (start, end), problems
 
 
 def spec_from_stored(tenant: str, document: dict[str, Any], shards: int) -> JobSpec:

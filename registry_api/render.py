@@ -16,7 +16,7 @@ from tickwheel.registry_api.document import Backoff, Dst, JobDocument, JobSpec, 
 from tickwheel.registry_api.rows import JobView, RunView
 from tickwheel.runtime import PartState
 from tickwheel.schedule import SHARED
-from tickwheel.schedule.explain import MisfireSettings, explain_cron, explain_once
+from tickwheel.schedule.explain import MisfireSettings, Window, explain_cron, explain_once
 
 _FIELD_ORDER = tuple(JobDocument.model_fields)
 _NESTED_ORDER = {
@@ -106,9 +106,22 @@ def preview_body(view: JobView, spec: JobSpec, count: int, now_ms: int) -> dict[
         schedule = SHARED.schedule(
             doc.schedule, doc.timezone, spec.key, doc.dst.gap, doc.dst.overlap
         )
+        start_ms, end_ms = spec.window_ms
+        window = None
+        next_after = schedule.next_after
+        if start_ms is not None or end_ms is not None:
+            window = Window(start_ms, end_ms, doc.after_end)
+            next_after = window.bound(schedule.next_after)
         first = view.next_run_at
         if view.status == JobStatus.PAUSED:
-            first = schedule.next_after(now_ms)
-        instants = [] if first is None else [first, *schedule.next_n(first, count - 1)]
-        preview = explain_cron(schedule, instants, after_ms=None, now_ms=now_ms, misfire=misfire)
+            first = next_after(now_ms)
+        elif view.status == JobStatus.COMPLETED:  # its window ended
+            first = None
+        instants = []
+        while first is not None and len(instants) < count:
+            instants.append(first)
+            first = next_after(first)
+        preview = explain_cron(
+            schedule, instants, after_ms=None, now_ms=now_ms, misfire=misfire, window=window
+        )
     return {"id": doc.id, "status": view.status, **preview.to_dict(format_ms)}

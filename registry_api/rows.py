@@ -127,6 +127,8 @@ def row_tuple(job: StoredJob, spec: JobSpec, expected_version: int | None) -> tu
         job.intake_partition,
         job.intake_offset,
         expected_version,
+        *spec.window_ms,
+        doc.after_end,
     )
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from tickwheel.domain import JobStatus, RegistrationOp
+from tickwheel.domain import AfterEnd, JobStatus, RegistrationOp
 from tickwheel.registry_api.document import JobSpec
 from tickwheel.registry_api.on_demand import BackfillRequest, TriggerRequest
 
@@ -98,7 +98,7 @@ def _is_replay(current: StoredJob | None, op: Op) -> bool:
     return current.intake_partition == partition and offset <= current.intake_offset
 
 
-TIMING_FIELDS = ("schedule", "at", "timezone", "dst")
+TIMING_FIELDS = ("schedule", "at", "timezone", "dst", "start_at", "end_at")
 
 
 def _same_timing(old: dict[str, Any], new: dict[str, Any]) -> bool:
@@ -204,7 +204,11 @@ def apply(
             next_run = spec.first_run_at(now_ms)  # a one-off keeps its instant (misfire decides)
         else:
             next_run = spec.next_fire_after(now_ms)
+        status = JobStatus.ACTIVE
+        if next_run is None:  # its active window ended while it was paused
+            ends = spec.document.after_end == AfterEnd.DELETE
+            status = JobStatus.DELETED if ends else JobStatus.COMPLETED
         return _changed(
-            current, op, status=JobStatus.ACTIVE, next_run_at=next_run, spec=spec
+            current, op, status=status, next_run_at=next_run, spec=spec
         ), Outcome.RESUMED
     raise ValueError(f"unknown operation {op.kind!r}")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from tickwheel.domain import JobStatus, job_key, run_key
+from tickwheel.domain import AfterEnd, JobStatus, job_key, run_key
 from tickwheel.shards import store
 from tickwheel.shards.plan import NO_NEXT_MS, JobEntry, RetryEntry, next_fire
 from tickwheel.shards.positions import Position
@@ -61,6 +61,7 @@ class HorizonHolding:
         until = await self._move_end(conn)
         jobs, retries = await store.horizon(conn, self.shard, until)
         derived: list[Position] = []
+        deleted: list[Position] = []  # windows ended with `after_end: delete`
         for entry, claimed_through in jobs:
             next_ms = entry.next_ms
             if claimed_through is not None:
@@ -68,10 +69,16 @@ class HorizonHolding:
                 # (D-269): go on from the occurrence after it, and write where it stands.
                 following = next_fire(self.s.cache, entry, claimed_through)
                 next_ms = NO_NEXT_MS if following is None else following
-                derived.append((entry.tenant, entry.job_id, entry.version, following))
+                position = (entry.tenant, entry.job_id, entry.version, following)
+                if following is None and entry.rules.after_end == AfterEnd.DELETE:
+                    deleted.append(position)
+                else:
+                    derived.append(position)
             self._offer(entry.key, entry.version, next_ms, entry)
         if derived:
             self.s.positions.claimed(derived, self.horizon_end_ms)
+        if deleted:
+            self.s.positions.ended(deleted)
         self._wheel_retries(retries)
 
     async def _move_end(self, conn: store.Conn) -> int:

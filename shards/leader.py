@@ -70,7 +70,7 @@ import asyncpg
 
 from tickwheel import db as dbmod
 from tickwheel.crash_points import crash_point
-from tickwheel.domain import OverlapPolicy, RunStatus
+from tickwheel.domain import AfterEnd, OverlapPolicy, RunStatus
 from tickwheel.kafka.producing import PublishError
 from tickwheel.queries import QUERIES
 from tickwheel.schedule import REASON_OVERLAP, ScheduleCache
@@ -423,6 +423,7 @@ class ShardLeader(HorizonHolding):
             stale: list[tuple[str, str]] = []
             done = claimed.jobs
             positions: list[Position] = []
+            deleted: list[Position] = []  # windows ended with `after_end: delete`
             ids_of = zip(batch.tenants, batch.job_ids, strict=True)
             for entry, ids, next_ms in zip(batch.entries, ids_of, batch.next_ms, strict=True):
                 if ids in done:
@@ -432,11 +433,17 @@ class ShardLeader(HorizonHolding):
                         NO_NEXT_MS if next_ms is None else next_ms,
                         entry,
                     )
-                    positions.append((ids[0], ids[1], entry.version, next_ms))
+                    position = (ids[0], ids[1], entry.version, next_ms)
+                    if next_ms is None and entry.rules.after_end == AfterEnd.DELETE:
+                        deleted.append(position)
+                    else:
+                        positions.append(position)
                 else:
                     stale.append(ids)
             # The claim wrote no job's row: where each schedule stands goes in a later batch.
             self.s.positions.claimed(positions, self.horizon_end_ms)
+            if deleted:
+                self.s.positions.ended(deleted)
             if stale:
                 # Edited, paused, deleted since the wheel learnt of them: read the truth now
                 # rather than wait for the feed (it may be on its way too; versions decide).

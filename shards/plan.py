@@ -39,6 +39,7 @@ from tickwheel.schedule import (
     OverlapDecision,
     ScheduleCache,
     decide_overlap,
+    in_window,
     plan_misfire,
 )
 
@@ -61,6 +62,9 @@ class JobRules:
     grace_ms: int
     max_catchup: int
     overlap_policy: str
+    start_ms: int | None = None  # the active window (cron only; None: unbounded)
+    end_ms: int | None = None
+    after_end: str | None = None  # 'delete': the job is deleted after the window's last one
 
 
 # Interned rules, held only while some entry uses them (a reload or an edit lets go of the old).
@@ -95,11 +99,14 @@ class JobEntry:
         grace_ms: int,
         max_catchup: int,
         overlap_policy: str,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        after_end: str | None = None,
     ) -> JobEntry:
         """An entry whose rules are the interned copy of these."""
         values = (
             kind, schedule, timezone, dst_gap, dst_overlap, misfire_policy, grace_ms,
-            max_catchup, overlap_policy,
+            max_catchup, overlap_policy, start_ms, end_ms, after_end,
         )  # fmt: skip
         rules = _RULES.get(values)
         if rules is None:
@@ -211,15 +218,20 @@ class ClaimBatch:
 def next_fire(cache: ScheduleCache, entry: JobEntry, after_ms: int) -> int | None:
     """The job's first occurrence strictly after `after_ms` (a one-off has none after its own)."""
     rules = entry.rules
-    if rules.kind == JobKind.ONCE or rules.schedule is None:
+    schedule = rules.schedule
+    if rules.kind == JobKind.ONCE or schedule is None:
         return None
-    return cache.next_after(
-        rules.schedule,
-        rules.timezone,
-        entry.key,
-        rules.dst_gap,
-        rules.dst_overlap,
+    if rules.start_ms is None and rules.end_ms is None:
+        return cache.next_after(
+            schedule, rules.timezone, entry.key, rules.dst_gap, rules.dst_overlap, after_ms
+        )
+    return in_window(
+        lambda t: cache.next_after(
+            schedule, rules.timezone, entry.key, rules.dst_gap, rules.dst_overlap, t
+        ),
         after_ms,
+        rules.start_ms,
+        rules.end_ms,
     )
 
 

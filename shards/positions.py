@@ -15,6 +15,10 @@ the claim saw):
            `MAX_QUEUED` wait: a hot second's completions are written after its burst, not
            inside it
 
+    ended  a job whose window ended with `after_end: delete`: deleted (and its tenant's job
+           count moved) within `SOON_S`, by a statement of its own (`jobs_end_delete`), so the
+           common statement stays as it is
+
 A position lost with its process (a crash before the write) costs nothing but a re-read: the
 next leader derives it from the runs when it loads the horizon (`horizon_jobs`
 `claimed_through`).
@@ -53,6 +57,7 @@ class Positions:
         self.pool = pool
         self._soon: dict[tuple[str, str], Position] = {}
         self._later: dict[tuple[str, str], Position] = {}
+        self._ended: dict[tuple[str, str], Position] = {}
         self._last_claim = time.monotonic()
         self._oldest_later: float | None = None
         self._lock = asyncio.Lock()
@@ -74,8 +79,18 @@ class Positions:
         if later and self._oldest_later is None:
             self._oldest_later = time.monotonic()
 
+    def ended(self, positions: Iterable[Position]) -> None:
+        """Queue jobs whose window's last occurrence a claim found, to be deleted
+        (`after_end: delete`)."""
+        self._last_claim = time.monotonic()
+        for p in positions:
+            key = (p[0], p[1])
+            self._soon.pop(key, None)
+            self._later.pop(key, None)
+            self._ended[key] = p
+
     def queued(self) -> int:
-        return len(self._soon) + len(self._later)
+        return len(self._soon) + len(self._later) + len(self._ended)
 
     async def flush_before(self, until_ms: int) -> None:
         """Write every queued position earlier than `until_ms` (a horizon extension's end):
@@ -93,6 +108,7 @@ class Positions:
         self._later.clear()
         self._oldest_later = None
         await self._write(soon + later)
+        await self._delete_ended()
 
     async def run(self, stop: asyncio.Event) -> None:
         """The writer: `soon` within SOON_S, `later` when idle, old or many."""
@@ -110,6 +126,7 @@ class Positions:
             log.warning("positions not written at stop; the next load derives them", exc_info=True)
 
     async def _step(self) -> None:
+        await self._delete_ended()
         if self._soon:
             soon = list(self._soon.values())
             self._soon.clear()
@@ -138,6 +155,25 @@ class Positions:
             except BaseException:
                 for p in positions[start:]:  # the next step writes them again
                     self._soon.setdefault((p[0], p[1]), p)
+                raise
+            self.written += len(part)
+
+    async def _delete_ended(self) -> None:
+        ended = list(self._ended.values())
+        self._ended.clear()
+        for start in range(0, len(ended), BATCH):
+            part = ended[start : start + BATCH]
+            try:
+                async with self._lock:
+                    await self.pool.execute(
+                        QUERIES["jobs_end_delete"],
+                        db.id_list([p[0] for p in part]),
+                        db.id_list([p[1] for p in part]),
+                        db.num_list([p[2] for p in part]),
+                    )
+            except BaseException:
+                for p in ended[start:]:
+                    self._ended.setdefault((p[0], p[1]), p)
                 raise
             self.written += len(part)
 

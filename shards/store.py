@@ -105,6 +105,9 @@ def entry_of(row: asyncpg.Record) -> JobEntry:
         grace_ms=row["misfire_grace_ms"],
         max_catchup=row["misfire_max_catchup"],
         overlap_policy=row["overlap_policy"],
+        start_ms=row["start_ms"],
+        end_ms=row["end_ms"],
+        after_end=row["after_end"],
     )
 
 

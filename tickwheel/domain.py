@@ -54,7 +54,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
 
-from tickwheel.schedule import DstGap, DstOverlap, MisfirePolicy, OverlapPolicy
+from tickwheel.schedule import AfterEnd, DstGap, DstOverlap, MisfirePolicy, OverlapPolicy
 from tickwheel.schedule.zones import MAX_INSTANT_S, MIN_INSTANT_S
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
     "TENANT_FORM",
     "TENANT_PATTERN",
     "TERMINAL",
+    "AfterEnd",
     "DstGap",
     "DstOverlap",
     "JobKind",
@@ -91,7 +92,7 @@ class JobStatus(StrEnum):
 
     ACTIVE = "active"
     PAUSED = "paused"
-    COMPLETED = "completed"  # a one-off job whose occurrence was claimed
+    COMPLETED = "completed"  # a one-off claimed, or a schedule whose window ended
     DELETED = "deleted"
 
 

@@ -37,6 +37,9 @@ def test_each_staged_value_lands_in_its_named_column() -> None:
             "misfire": {"policy": "skip", "grace_ms": 5, "max_catchup": 7},
             "dst": {"gap": "skip", "overlap": "both"},
             "overlap": "buffer_one",
+            "start_at": "2027-02-01T00:00:00Z",
+            "end_at": "2027-03-01T00:00:00Z",
+            "after_end": "delete",
         }
     )
     limits = Limits(target_allowlist=("https://hooks.acme.test/jobs",))
@@ -72,5 +75,8 @@ def test_each_staged_value_lands_in_its_named_column() -> None:
         "intake_partition": 4,
         "intake_offset": 56,
         "expected_version": 2,
+        "start_at": 1_801_440_000_000,
+        "end_at": 1_803_859_200_000,
+        "after_end": "delete",
     }
     assert orjson.loads(row["target"])["url"] == "https://hooks.acme.test/jobs/x"

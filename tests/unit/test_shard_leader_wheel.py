@@ -48,6 +48,9 @@ def _row(version: int, next_ms: int | None, status: str = "active") -> dict[str,
         "misfire_grace_ms": 60_000,
         "misfire_max_catchup": 10,
         "overlap_policy": "allow",
+        "start_ms": None,
+        "end_ms": None,
+        "after_end": None,
     }
 
 

@@ -40,10 +40,12 @@ from tickwheel.schedule.misfire import (
 )
 from tickwheel.schedule.next_fire import (
     SHARED,
+    AfterEnd,
     LockedScheduleCache,
     Schedules,
     Timing,
     first_run_at,
+    in_window,
     next_fire_after,
 )
 from tickwheel.schedule.overlap import (
@@ -66,6 +68,7 @@ __all__ = [
     "REASON_MISFIRE",
     "REASON_OVERLAP",
     "SHARED",
+    "AfterEnd",
     "CacheStats",
     "CronSchedule",
     "DstGap",
@@ -83,6 +86,7 @@ __all__ = [
     "decide_overlap",
     "first_run_at",
     "format_utc",
+    "in_window",
     "load_zone",
     "next_fire_after",
     "parse_at",

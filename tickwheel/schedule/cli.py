@@ -16,7 +16,7 @@ from tickwheel.cli_support import EXIT_BAD_INPUT, OneLineCommand
 from tickwheel.clock import format_seconds, now_ms
 from tickwheel.schedule.cron import DstGap, DstOverlap, parse_cron
 from tickwheel.schedule.errors import ScheduleError
-from tickwheel.schedule.explain import MisfireSettings, explain_cron, render_text
+from tickwheel.schedule.explain import MisfireSettings, Window, explain_cron, render_text
 from tickwheel.schedule.instants import parse_instant
 from tickwheel.schedule.misfire import (
     DEFAULT_GRACE_MS,
@@ -25,6 +25,7 @@ from tickwheel.schedule.misfire import (
     MAX_CATCHUP_MIN,
     MisfirePolicy,
 )
+from tickwheel.schedule.next_fire import AfterEnd
 
 EXIT_FEWER = 3  # exit code when fewer fire times than --count exist
 MAX_COUNT = 100_000  # instants one call may print (it computes them all before printing)
@@ -106,6 +107,22 @@ def cron() -> None:
     type=click.IntRange(MAX_CATCHUP_MIN, MAX_CATCHUP_LIMIT),
     help="With --explain: the job's misfire.max_catchup.",
 )
+@click.option(
+    "--start-at",
+    default=None,
+    help="The job's start_at, ISO-8601: no fire time before it.",
+)
+@click.option(
+    "--end-at",
+    default=None,
+    help="The job's end_at, ISO-8601: no fire time after it.",
+)
+@click.option(
+    "--after-end",
+    default=None,
+    type=click.Choice([a.value for a in AfterEnd]),
+    help="With --explain: the job's after_end (what becomes of it after its last fire time).",
+)
 @click.pass_context
 def next_command(
     ctx: click.Context,
@@ -122,6 +139,9 @@ def next_command(
     misfire_policy: str,
     grace_ms: int,
     max_catchup: int,
+    start_at: str | None,
+    end_at: str | None,
+    after_end: str | None,
 ) -> None:
     """Print the next COUNT fire instants of EXPR, in UTC, one per line.
 
@@ -132,10 +152,21 @@ def next_command(
         schedule = parse_cron(expr, tz=tz, key=key, dst_gap=dst_gap, dst_overlap=dst_overlap)
         clock_ms = now_ms() if now is None else parse_instant(now, "now")
         after_ms = clock_ms if after is None else parse_instant(after, "after")
+        start_ms = None if start_at is None else parse_instant(start_at, "start-at")
+        end_ms = None if end_at is None else parse_instant(end_at, "end-at")
     except ScheduleError as exc:
         _fail(ctx, exc)
         return
-    instants = schedule.next_n(after_ms, count)
+    window = None
+    next_after = schedule.next_after
+    if start_ms is not None or end_ms is not None or after_end is not None:
+        window = Window(start_ms, end_ms, after_end)
+        next_after = window.bound(schedule.next_after)
+    instants: list[int] = []
+    found = next_after(after_ms)
+    while found is not None and len(instants) < count:
+        instants.append(found)
+        found = next_after(found) if len(instants) < count else None
     if explain or as_json:
         preview = explain_cron(
             schedule,
@@ -143,6 +174,7 @@ def next_command(
             after_ms=after_ms,
             now_ms=clock_ms,
             misfire=MisfireSettings(misfire_policy, grace_ms, max_catchup),
+            window=window,
         )
         if as_json:
             click.echo(orjson.dumps(preview.to_dict(), option=orjson.OPT_INDENT_2).decode())
@@ -153,8 +185,14 @@ def next_command(
             click.echo(format_seconds(instant))
     if len(instants) < count:
         last = instants[-1] if instants else after_ms
-        click.echo(
-            f"Error: {len(instants)} of {count} fire times printed: {schedule.why_none(last)}.",
-            err=True,
+        why = (
+            schedule.why_none(last)
+            if schedule.next_after(last) is None
+            else (
+                f"the window ends at {format_seconds(end_ms)}"
+                if end_ms is not None
+                else "none left"
+            )
         )
+        click.echo(f"Error: {len(instants)} of {count} fire times printed: {why}.", err=True)
         ctx.exit(EXIT_FEWER)

@@ -13,6 +13,9 @@ rules that put it there, each named as the job document names it:
                        repeated hour fire, a skipped one does not
     H                  a field value the job's key picked (`H` → 17)
 
+    start_at           the first occurrence of a window that has not opened yet
+    end_at             the window's last occurrence: the job completes (or is deleted) after it
+
 and, for the next due occurrence, what the misfire policy would do were it claimed now
 (`misfire.grace_ms`, `misfire.policy …`, as `misfire.py` plans it).
 
@@ -24,7 +27,7 @@ out; nothing reads a clock. Instants are UTC integer milliseconds; wall times ar
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +39,7 @@ from tickwheel.schedule.misfire import (
     MisfirePolicy,
     plan_misfire,
 )
+from tickwheel.schedule.next_fire import in_window
 from tickwheel.schedule.wallclock import from_wall_s
 from tickwheel.schedule.zones import Segment, ZoneTimeline, timeline
 
@@ -115,6 +119,27 @@ class MisfireOutlook:
 
 
 @dataclass(frozen=True, slots=True)
+class Window:
+    """A cron job's active window: `start_at`, `end_at` (both inclusive; None: unbounded) and
+    `after_end` (None: complete)."""
+
+    start_ms: int | None = None
+    end_ms: int | None = None
+    after_end: str | None = None
+
+    def bound(self, next_after: Callable[[int], int | None]) -> Callable[[int], int | None]:
+        """`next_after` with no occurrence outside the window."""
+        return lambda t: in_window(next_after, t, self.start_ms, self.end_ms)
+
+    def to_dict(self, instant: Callable[[int], str] = format_utc) -> dict[str, Any]:
+        return {
+            "start_at": None if self.start_ms is None else instant(self.start_ms),
+            "end_at": None if self.end_ms is None else instant(self.end_ms),
+            "after_end": self.after_end or "complete",
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Preview:
     """A schedule's next occurrences, each with why it is there."""
 
@@ -128,6 +153,7 @@ class Preview:
     dst_overlap: str | None = None
     key: str | None = None
     hashed: tuple[HashedItem, ...] = field(default=())
+    window: Window | None = None
 
     def to_dict(self, instant: Callable[[int], str] = format_utc) -> dict[str, Any]:
         """JSON-ready; instants as `instant` writes them (the CLI's seconds by default)."""
@@ -147,6 +173,7 @@ class Preview:
             ],
             "occurrences": [o.to_dict(instant) for o in self.occurrences],
             "misfire": None if self.misfire is None else self.misfire.to_dict(instant),
+            "window": None if self.window is None else self.window.to_dict(instant),
         }
 
 
@@ -164,20 +191,28 @@ def explain_cron(
     after_ms: int | None,
     now_ms: int,
     misfire: MisfireSettings | None = None,
+    window: Window | None = None,
 ) -> Preview:
     """Explain `instants`, consecutive fire times of `schedule` (its `next_n`, or a job's
-    `next_run_at` and the fires after it). `after_ms`, when given, is where the list starts
-    (exclusive): wall times skipped before the first instant are told on it too."""
+    `next_run_at` and the fires after it) within `window`. `after_ms`, when given, is where
+    the list starts (exclusive): wall times skipped before the first instant are told on it
+    too."""
     settings = misfire or MisfireSettings()
     hashed = tuple(hashed_items(schedule.expression, schedule.key))
+    next_after = schedule.next_after if window is None else window.bound(schedule.next_after)
     occurrences = []
     previous_s = None if after_ms is None else after_ms // 1000
-    for instant in instants:
-        occurrences.append(_occurrence(schedule, hashed, instant, previous_s))
+    for i, instant in enumerate(instants):
+        occurrence = _occurrence(schedule, hashed, instant, previous_s)
+        if window is not None:
+            reasons = _window_reasons(window, instant, i == 0, after_ms or now_ms, next_after)
+            if reasons:
+                occurrence = replace(occurrence, reasons=occurrence.reasons + reasons)
+        occurrences.append(occurrence)
         previous_s = instant // 1000
     outlook = None
     if instants:
-        outlook = misfire_outlook(settings, instants[0], now_ms, schedule.next_after)
+        outlook = misfire_outlook(settings, instants[0], now_ms, next_after)
     return Preview(
         timezone=schedule.timezone,
         occurrences=tuple(occurrences),
@@ -189,7 +224,37 @@ def explain_cron(
         dst_overlap=schedule.dst_overlap.value,
         key=schedule.key,
         hashed=hashed,
+        window=window,
     )
+
+
+def _window_reasons(
+    window: Window,
+    instant: int,
+    first: bool,
+    since_ms: int,
+    next_after: Callable[[int], int | None],
+) -> tuple[Reason, ...]:
+    """The window's part in an occurrence: the first of a window not open at `since_ms`, and
+    the last one before its end."""
+    reasons = []
+    if first and window.start_ms is not None and window.start_ms > since_ms:
+        reasons.append(
+            Reason(
+                "start_at",
+                f"the window opens at {format_utc(window.start_ms)}: no occurrence before it",
+            )
+        )
+    if window.end_ms is not None and next_after(instant) is None:
+        then = "is deleted" if window.after_end == "delete" else "completes"
+        reasons.append(
+            Reason(
+                "end_at",
+                f"the last occurrence at or before end_at "
+                f"({format_utc(window.end_ms)}): the job then {then}",
+            )
+        )
+    return tuple(reasons)
 
 
 def explain_once(
@@ -531,6 +596,12 @@ def render_text(preview: Preview) -> str:
             lines.append(f"H from key {preview.key!r}: {items}")
     else:
         lines.append(f"one-off in {preview.timezone}")
+    if preview.window is not None:
+        window = preview.window.to_dict()
+        lines.append(
+            f"window {window['start_at'] or '(open)'} .. {window['end_at'] or '(open)'}, "
+            f"after_end {window['after_end']}"
+        )
     for occurrence in preview.occurrences:
         lines.append(
             f"{format_utc(occurrence.at_ms)}  {occurrence.local.replace('T', ' ')} "

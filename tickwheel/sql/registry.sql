@@ -26,7 +26,7 @@ CREATE TEMP TABLE IF NOT EXISTS jobs_stage (
     misfire_policy text, misfire_grace_ms bigint, misfire_max_catchup integer,
     overlap_policy text, dst_gap text, dst_overlap text, status text, next_run_at bigint,
     version bigint, document jsonb, intake_partition integer, intake_offset bigint,
-    expected_version bigint
+    expected_version bigint, start_at bigint, end_at bigint, after_end text
 ) ON COMMIT DELETE ROWS
 
 -- jobs_write_batch --
@@ -47,7 +47,10 @@ WITH updated AS (
         status = r.status,
         next_run_at = 'epoch'::timestamptz + r.next_run_at * interval '1 millisecond',
         version = r.version, document = r.document,
-        intake_partition = r.intake_partition, intake_offset = r.intake_offset
+        intake_partition = r.intake_partition, intake_offset = r.intake_offset,
+        start_at = 'epoch'::timestamptz + r.start_at * interval '1 millisecond',
+        end_at = 'epoch'::timestamptz + r.end_at * interval '1 millisecond',
+        after_end = r.after_end
     FROM jobs_stage r
     WHERE r.expected_version IS NOT NULL
       AND j.tenant = r.tenant AND j.job_id = r.job_id AND j.version = r.expected_version
@@ -57,7 +60,7 @@ WITH updated AS (
                       target, payload, priority, max_attempts, backoff_base_ms, backoff_cap_ms,
                       timeout_ms, misfire_policy, misfire_grace_ms, misfire_max_catchup,
                       overlap_policy, dst_gap, dst_overlap, status, next_run_at, version,
-                      document, intake_partition, intake_offset)
+                      document, intake_partition, intake_offset, start_at, end_at, after_end)
     SELECT r.tenant, r.job_id, r.shard_id, r.kind, r.schedule,
            'epoch'::timestamptz + r.run_at * interval '1 millisecond',
            r.timezone, r.handler, r.target, r.payload, r.priority, r.max_attempts,
@@ -65,7 +68,10 @@ WITH updated AS (
            r.misfire_grace_ms, r.misfire_max_catchup, r.overlap_policy, r.dst_gap,
            r.dst_overlap, r.status,
            'epoch'::timestamptz + r.next_run_at * interval '1 millisecond',
-           r.version, r.document, r.intake_partition, r.intake_offset
+           r.version, r.document, r.intake_partition, r.intake_offset,
+           'epoch'::timestamptz + r.start_at * interval '1 millisecond',
+           'epoch'::timestamptz + r.end_at * interval '1 millisecond',
+           r.after_end
     FROM jobs_stage r
     WHERE r.expected_version IS NULL
     ON CONFLICT (tenant, job_id) DO NOTHING

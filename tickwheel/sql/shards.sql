@@ -15,6 +15,8 @@ SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
        (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
        j.kind, j.schedule, j.timezone, j.dst_gap, j.dst_overlap, j.misfire_policy,
        j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy,
+       (extract(epoch FROM j.start_at) * 1000)::bigint AS start_ms,
+       (extract(epoch FROM j.end_at) * 1000)::bigint AS end_ms, j.after_end,
        (extract(epoch FROM j.updated_at) * 1000)::bigint AS updated_at,
        j.change_xid::text AS change_xid
 FROM jobs j
@@ -82,6 +84,8 @@ SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
        (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
        j.kind, j.schedule, j.timezone, j.dst_gap, j.dst_overlap, j.misfire_policy,
        j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy,
+       (extract(epoch FROM j.start_at) * 1000)::bigint AS start_ms,
+       (extract(epoch FROM j.end_at) * 1000)::bigint AS end_ms, j.after_end,
        (SELECT (extract(epoch FROM r.scheduled_at) * 1000)::bigint FROM job_runs r
         WHERE j.next_run_at <= now() AND r.tenant = j.tenant AND r.job_id = j.job_id
           AND r.scheduled_at >= j.next_run_at AND r.origin = 'schedule'
@@ -108,7 +112,9 @@ WHERE j.shard_id = $1 AND j.status = 'active'
 SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
        (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
        j.kind, j.schedule, j.timezone, j.dst_gap, j.dst_overlap, j.misfire_policy,
-       j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy
+       j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy,
+       (extract(epoch FROM j.start_at) * 1000)::bigint AS start_ms,
+       (extract(epoch FROM j.end_at) * 1000)::bigint AS end_ms, j.after_end
 FROM jobs j
 JOIN unnest($1::text[], $2::text[]) AS k(tenant, job_id)
   ON j.tenant = k.tenant AND j.job_id = k.job_id
@@ -256,6 +262,26 @@ WHERE j.tenant = p.tenant AND j.job_id = p.job_id
   AND (p.next_ms IS NULL
        OR j.next_run_at + interval '0'
           < 'epoch'::timestamptz + p.next_ms * interval '1 millisecond')
+
+-- jobs_end_delete --
+-- Jobs whose active window's last occurrence was claimed and whose `after_end` is 'delete'
+-- (shards/positions.py `ended`): deleted as the registry deletes (status 'deleted', no next
+-- occurrence), and each tenant's job count moved with them. Over the version the claim saw
+-- and only while the job is active, like `jobs_positions`; no new version (the leader already
+-- holds no next occurrence, and a horizon load reads active jobs only). Rows are locked jobs
+-- first, then `tenant_usage`, the registry's order.
+--   $1 tenants  $2 job ids  $3 versions (comma-joined)
+WITH gone AS (
+    UPDATE jobs j SET status = 'deleted', next_run_at = NULL
+    FROM unnest(string_to_array($1::text, ','), string_to_array($2::text, ','),
+                string_to_array($3::text, ',')::bigint[]) AS p(tenant, job_id, version)
+    WHERE j.tenant = p.tenant AND j.job_id = p.job_id
+      AND j.version = p.version AND j.status = 'active'
+    RETURNING j.tenant
+)
+UPDATE tenant_usage u SET jobs = u.jobs - g.n
+FROM (SELECT tenant, count(*) AS n FROM gone GROUP BY tenant) g
+WHERE u.tenant = g.tenant
 
 -- outbox_adopt --
 -- A new leader's outbox (I1), when the previous leader did not step down cleanly: dispatched

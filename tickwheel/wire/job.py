@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from tickwheel.domain import (
     JOB_ID_PATTERN,
+    AfterEnd,
     DstGap,
     DstOverlap,
     MisfirePolicy,
@@ -36,6 +37,7 @@ __all__ = [
     "TIMEOUT_LIMIT_MS",
     "VERSION_MAX",
     "VERSION_MIN",
+    "AfterEndValue",
     "Backoff",
     "Dst",
     "DstGapValue",
@@ -69,12 +71,14 @@ if TYPE_CHECKING:
     OverlapValue: TypeAlias = str
     DstGapValue: TypeAlias = str
     DstOverlapValue: TypeAlias = str
+    AfterEndValue: TypeAlias = str
 else:
     PriorityValue = literal_of(Priority)
     MisfireValue = literal_of(MisfirePolicy)
     OverlapValue = literal_of(OverlapPolicy)
     DstGapValue = literal_of(DstGap)
     DstOverlapValue = literal_of(DstOverlap)
+    AfterEndValue = literal_of(AfterEnd)
 
 
 class StrictModel(BaseModel):
@@ -159,6 +163,27 @@ class JobDocument(StrictModel):
     misfire: Misfire = Field(default_factory=Misfire)  # type: ignore[arg-type]
     overlap: OverlapValue = OverlapPolicy.ALLOW.value
     dst: Dst = Field(default_factory=Dst)
+    # The active window of a cron schedule (absent: unbounded). Left out of the stored
+    # document when absent, so the jobs written before these fields keep their documents.
+    start_at: str | None = Field(
+        None,
+        max_length=64,
+        exclude_if=lambda v: v is None,
+        description="ISO-8601 instant: no occurrence of the schedule before it (inclusive)",
+    )
+    end_at: str | None = Field(
+        None,
+        max_length=64,
+        exclude_if=lambda v: v is None,
+        description="ISO-8601 instant: no occurrence after it (inclusive); after the last "
+        "one the job completes, or is deleted with after_end 'delete'",
+    )
+    after_end: AfterEndValue | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="what becomes of the job after its window's last occurrence: "
+        "'complete' (absent: the same) or 'delete'; needs end_at",
+    )
 
     @field_validator("id")
     @classmethod

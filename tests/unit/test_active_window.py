@@ -1,0 +1,226 @@
+"""A cron job's active window (`start_at`, `end_at`, `after_end`; issue 50): no occurrence
+outside it, wherever occurrences are computed — the registry, a leader's claim plan, a backfill,
+the preview — and the job completes (or is deleted) after its last one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tickwheel.clock import format_ms
+from tickwheel.registry_api.document import (
+    JobValidationError,
+    Limits,
+    parse_document,
+    validate_job,
+)
+from tickwheel.registry_api.on_demand import RunLimits, occurrences
+from tickwheel.registry_api.render import preview_body
+from tickwheel.registry_api.rows import JobView
+from tickwheel.registry_api.state import Op, Outcome, apply
+from tickwheel.schedule import ScheduleCache, Timing, next_fire_after, parse_cron
+from tickwheel.schedule.explain import Window, explain_cron, render_text
+from tickwheel.shards.plan import JobEntry, plan_claims
+
+pytestmark = pytest.mark.unit
+
+NOW = 1_800_000_000_000  # 2027-01-15T08:00:00Z
+HOUR = 3_600_000
+T = "acme"
+
+
+def _doc(**fields: Any) -> dict[str, Any]:
+    return {"id": "w", "schedule": "0 * * * *", "handler": "h.run", **fields}
+
+
+def _spec(**fields: Any) -> Any:
+    return validate_job(T, parse_document(_doc(**fields)), Limits(), NOW)
+
+
+def _problems(**fields: Any) -> dict[str, str]:
+    with pytest.raises(JobValidationError) as caught:
+        _spec(**fields)
+    return {p.field: p.message for p in caught.value.problems}
+
+
+def _entry(start_ms: int | None, end_ms: int | None, next_ms: int, after_end: str | None = None):  # type: ignore[no-untyped-def]
+    return JobEntry.of(
+        tenant=T, job_id="w", version=1, next_ms=next_ms, kind="cron", schedule="0 * * * *",
+        timezone="UTC", dst_gap="shift", dst_overlap="first", misfire_policy="run_once",
+        grace_ms=60_000, max_catchup=10, overlap_policy="allow", start_ms=start_ms,
+        end_ms=end_ms, after_end=after_end,
+    )  # fmt: skip
+
+
+# --- the pure rule ---------------------------------------------------------------------------
+
+
+def test_the_window_bounds_are_inclusive() -> None:
+    """an occurrence exactly at start_at or at end_at fires; none before or after"""
+    timing = Timing("acme/w", "0 * * * *", start_ms=NOW + HOUR, end_ms=NOW + 3 * HOUR)
+    cache = ScheduleCache()
+    assert next_fire_after(cache, timing, NOW - 5 * HOUR) == NOW + HOUR
+    assert next_fire_after(cache, timing, NOW + HOUR) == NOW + 2 * HOUR
+    assert next_fire_after(cache, timing, NOW + 2 * HOUR) == NOW + 3 * HOUR
+    assert next_fire_after(cache, timing, NOW + 3 * HOUR) is None
+
+
+ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "UTC"]
+# 2026-01-01 .. 2028-01-01: every zone above changes its clocks in there
+SPAN = (1_767_225_600_000, 1_830_297_600_000)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    zone=st.sampled_from(ZONES),
+    expr=st.sampled_from(["30 2 * * *", "0 */3 * * *", "15 1-3 * * SUN", "*/20 * * * *"]),
+    start=st.integers(*SPAN),
+    length=st.integers(0, 30 * 24 * HOUR),
+    after=st.integers(*SPAN),
+)
+def test_a_windowed_occurrence_is_the_unbounded_one_when_inside_and_none_is_outside(
+    zone: str, expr: str, start: int, length: int, after: int
+) -> None:
+    """property, across DST changes: the windowed next occurrence is never outside the window,
+    and every occurrence of the plain schedule inside the window is one of the windowed ones"""
+    end = start + length
+    cache = ScheduleCache()
+    plain = Timing("acme/w", expr, timezone=zone)
+    windowed = Timing("acme/w", expr, timezone=zone, start_ms=start, end_ms=end)
+    found = next_fire_after(cache, windowed, after)
+    if found is not None:
+        assert start <= found <= end and found > after
+    # The plain schedule's first occurrence after max(after, start - 1) decides.
+    expected = next_fire_after(cache, plain, max(after, start - 1))
+    assert found == (expected if expected is not None and expected <= end else None)
+
+
+# --- the document ----------------------------------------------------------------------------
+
+
+def test_a_window_is_stored_and_absent_fields_stay_out_of_the_document() -> None:
+    """start_at, end_at and after_end are kept as given; a document without them is stored as
+    before (so jobs written before the window keep their documents, and compare equal)"""
+    spec = _spec(start_at="2027-02-01T00:00:00Z", end_at="2027-03-01T00:00:00Z", after_end="delete")
+    stored = spec.stored_document
+    assert stored["start_at"] == "2027-02-01T00:00:00Z" and stored["after_end"] == "delete"
+    assert spec.window_ms == (1_801_440_000_000, 1_803_859_200_000)
+    assert spec.first_run_at(NOW) == 1_801_440_000_000  # the window's first hour
+    plain = _spec().stored_document
+    assert not {"start_at", "end_at", "after_end"} & plain.keys()
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "words"),
+    [
+        (
+            {"start_at": "2027-03-01T00:00:00Z", "end_at": "2027-02-01T00:00:00Z"},
+            "end_at",
+            "must be after start_at (2027-03-01T00:00:00.000Z)",
+        ),
+        (
+            {"start_at": "2027-03-01T00:00:00Z", "end_at": "2027-03-01T00:00:00Z"},
+            "end_at",
+            "must be after start_at",
+        ),
+        ({"end_at": "2027-01-15T07:00:00Z"}, "end_at", "no occurrence of the schedule"),
+        ({"end_at": "2027-01-15T08:30:00Z"}, "end_at", "the job would never run"),
+        ({"after_end": "delete"}, "after_end", "needs end_at"),
+        ({"after_end": "archive"}, "after_end", "'complete' or 'delete'"),
+        ({"start_at": "tomorrow"}, "start_at", "ISO-8601"),
+        ({"end_at": 1800000000000}, "end_at", "string"),
+    ],
+)
+def test_a_bad_window_is_refused_naming_its_field(
+    fields: dict[str, Any], field: str, words: str
+) -> None:
+    """422 material: the field named and what is wrong with it"""
+    problems = _problems(**fields)
+    assert field in problems, problems
+    assert words in problems[field], problems[field]
+
+
+def test_a_window_on_a_one_off_is_refused() -> None:
+    """a one-off runs once, at `at`: a window there is a mistake, not a no-op"""
+    doc = {"id": "o", "at": "2027-02-01T00:00:00Z", "handler": "h.run",
+           "end_at": "2027-03-01T00:00:00Z", "after_end": "delete"}  # fmt: skip
+    with pytest.raises(JobValidationError) as caught:
+        validate_job(T, parse_document(doc), Limits(), NOW)
+    fields = {p.field: p.message for p in caught.value.problems}
+    assert set(fields) == {"end_at", "after_end"}
+    assert "cron schedule only" in fields["end_at"]
+
+
+# --- the registry's state machine ------------------------------------------------------------
+
+
+def test_a_window_edit_moves_the_next_occurrence_and_a_resume_after_the_end_completes() -> None:
+    """start_at is timing: moving it moves next_run_at; resuming a job whose window ended while
+    it was paused completes it (or deletes it with after_end 'delete')"""
+    job, outcome = apply(None, Op("upsert", T, "w", spec=_spec()), NOW)
+    assert outcome is Outcome.CREATED and job is not None and job.next_run_at == NOW + HOUR
+    later = _spec(start_at=format_ms(NOW + 5 * HOUR))
+    moved, outcome = apply(job, Op("upsert", T, "w", spec=later), NOW)
+    assert outcome is Outcome.UPDATED and moved is not None and moved.next_run_at == NOW + 5 * HOUR
+    for after_end, status in ((None, "completed"), ("delete", "deleted")):
+        fields = {"end_at": format_ms(NOW + 2 * HOUR)} | ({"after_end": after_end} if after_end else {})
+        spec = _spec(**fields)
+        job, _ = apply(None, Op("upsert", T, "w", spec=spec), NOW)
+        assert job is not None
+        paused, _ = apply(job, Op("pause", T, "w"), NOW)
+        assert paused is not None
+        resumed, outcome = apply(paused, Op("resume", T, "w"), NOW + 3 * HOUR, lambda _: spec)
+        assert outcome is Outcome.RESUMED and resumed is not None
+        assert (resumed.status, resumed.next_run_at) == (status, None)
+
+
+# --- the leader's plan, backfills, the preview ------------------------------------------------
+
+
+def test_the_claim_of_the_last_occurrence_plans_no_next_one() -> None:
+    """claiming the window's last occurrence leaves the job with no next one (the position
+    then completes it); a misfire catch-up never reaches past the end"""
+    end = NOW + 2 * HOUR
+    batch = plan_claims([_entry(None, end, NOW + HOUR)], NOW + HOUR, ScheduleCache())
+    assert batch.next_ms == [NOW + 2 * HOUR] and batch.run_ms == [NOW + HOUR]
+    batch = plan_claims([_entry(None, end, NOW + 2 * HOUR)], NOW + 2 * HOUR, ScheduleCache())
+    assert batch.next_ms == [None] and batch.complete == [True]
+    late = plan_claims([_entry(None, end, NOW + HOUR)], NOW + 9 * HOUR, ScheduleCache())
+    assert late.next_ms == [None]
+    assert all(ms <= end for ms in late.run_ms)
+
+
+def test_a_backfill_runs_the_windows_occurrences_only() -> None:
+    """a backfill follows the schedule, window included"""
+    spec = _spec(start_at=format_ms(NOW - 5 * HOUR), end_at=format_ms(NOW - 2 * HOUR))
+    found = occurrences(spec.timing, NOW - 10 * HOUR, NOW, NOW, RunLimits())
+    assert found == [NOW - 5 * HOUR, NOW - 4 * HOUR, NOW - 3 * HOUR, NOW - 2 * HOUR]
+
+
+def test_the_preview_names_the_windows_start_and_its_last_occurrence() -> None:
+    """`GET …/preview` and `cron next --explain`: the first occurrence of a window not open
+    yet says start_at put it there, the last says end_at and what becomes of the job"""
+    spec = _spec(
+        start_at=format_ms(NOW + 3 * HOUR), end_at=format_ms(NOW + 5 * HOUR), after_end="delete"
+    )
+    view = JobView(spec.stored_document, "active", 1, NOW + 3 * HOUR, None, None)
+    body = preview_body(view, spec, 10, NOW)
+    assert [o["at"] for o in body["occurrences"]] == [
+        format_ms(NOW + k * HOUR) for k in (3, 4, 5)
+    ]
+    first, _, last = body["occurrences"]
+    assert [r["rule"] for r in first["reasons"]] == ["start_at"]
+    assert [r["rule"] for r in last["reasons"]] == ["end_at"]
+    assert "is deleted" in last["reasons"][0]["text"]
+    assert body["window"] == {
+        "start_at": format_ms(NOW + 3 * HOUR),
+        "end_at": format_ms(NOW + 5 * HOUR),
+        "after_end": "delete",
+    }
+    schedule = parse_cron("0 * * * *")
+    window = Window(None, NOW + HOUR, None)
+    text = render_text(explain_cron(schedule, [NOW + HOUR], after_ms=NOW, now_ms=NOW, window=window))
+    assert "end_at: the last occurrence" in text and "the job then completes" in text
