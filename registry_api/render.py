@@ -7,7 +7,7 @@ fields come back in the document's own order (jsonb would give them ordered by k
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tickwheel.clock import format_datetime, format_ms
@@ -108,7 +108,7 @@ def preview_body(view: JobView, spec: JobSpec, count: int, now_ms: int) -> dict[
         )
         start_ms, end_ms = spec.window_ms
         window = None
-        next_after = schedule.next_after
+        next_after: Callable[[int], int | None] = schedule.next_after
         if start_ms is not None or end_ms is not None:
             window = Window(start_ms, end_ms, doc.after_end)
             next_after = window.bound(schedule.next_after)
@@ -117,7 +117,7 @@ def preview_body(view: JobView, spec: JobSpec, count: int, now_ms: int) -> dict[
             first = next_after(now_ms)
         elif view.status == JobStatus.COMPLETED:  # its window ended
             first = None
-        instants = []
+        instants: list[int] = []
         while first is not None and len(instants) < count:
             instants.append(first)
             first = next_after(first)

@@ -210,3 +210,40 @@ async def test_paused_one_off_and_unknown_jobs(client: httpx.AsyncClient, clock:
     bad = await client.get("/v1/jobs/paused/preview", params={"count": 0})
     assert bad.status_code == 422
     assert [d["field"] for d in bad.json()["detail"]] == ["count"]
+
+
+async def test_a_windowed_job_over_http_previews_its_window_and_a_bad_one_is_a_422(
+    client: httpx.AsyncClient,
+) -> None:
+    """an hourly job with an active window of three hours: the preview stops at end_at and
+    names the window's opening and its last occurrence; a window ending before it starts, or
+    on a one-off, is a 422 naming the field; a PATCH of end_at moves the preview's end"""
+    hour = 3_600_000
+    start = (now_ms() // hour + 2) * hour
+    job = {"id": "win", "schedule": "0 * * * *", "handler": "demo.echo",
+           "start_at": format_ms(start - 1), "end_at": format_ms(start + 2 * hour),
+           "after_end": "delete"}  # fmt: skip
+    body = await _preview(client, job, 10)
+    assert [o["at"] for o in body["occurrences"]] == [format_ms(start + k * hour) for k in range(3)]
+    assert [r["rule"] for r in body["occurrences"][0]["reasons"]] == ["start_at"]
+    assert [r["rule"] for r in body["occurrences"][-1]["reasons"]] == ["end_at"]
+    assert body["window"]["after_end"] == "delete"
+    stored = (await client.get("/v1/jobs/win")).json()
+    assert stored["end_at"] == job["end_at"] and stored["after_end"] == "delete"
+    assert stored["next_run_at"] == format_ms(start)
+    patched = await client.patch("/v1/jobs/win", json={"end_at": format_ms(start + hour)})
+    assert patched.status_code == 200, patched.text
+    answer = await client.get("/v1/jobs/win/preview", params={"count": 10})
+    assert [o["at"] for o in answer.json()["occurrences"]] == [
+        format_ms(start),
+        format_ms(start + hour),
+    ]
+    bad = await client.post(
+        "/v1/jobs", json={**job, "id": "bad", "end_at": format_ms(start - hour)}
+    )
+    assert bad.status_code == 422, bad.text
+    assert "end_at" in bad.text and "must be after start_at" in bad.text
+    once = {"id": "once", "at": format_ms(start), "handler": "demo.echo",
+            "end_at": format_ms(start + hour)}  # fmt: skip
+    refused = await client.post("/v1/jobs", json=once)
+    assert refused.status_code == 422 and "cron schedule only" in refused.text

@@ -166,13 +166,15 @@ def test_a_window_edit_moves_the_next_occurrence_and_a_resume_after_the_end_comp
     moved, outcome = apply(job, Op("upsert", T, "w", spec=later), NOW)
     assert outcome is Outcome.UPDATED and moved is not None and moved.next_run_at == NOW + 5 * HOUR
     for after_end, status in ((None, "completed"), ("delete", "deleted")):
-        fields = {"end_at": format_ms(NOW + 2 * HOUR)} | ({"after_end": after_end} if after_end else {})
+        fields = {"end_at": format_ms(NOW + 2 * HOUR)} | (
+            {"after_end": after_end} if after_end else {}
+        )
         spec = _spec(**fields)
         job, _ = apply(None, Op("upsert", T, "w", spec=spec), NOW)
         assert job is not None
         paused, _ = apply(job, Op("pause", T, "w"), NOW)
         assert paused is not None
-        resumed, outcome = apply(paused, Op("resume", T, "w"), NOW + 3 * HOUR, lambda _: spec)
+        resumed, outcome = apply(paused, Op("resume", T, "w"), NOW + 3 * HOUR, lambda _, s=spec: s)
         assert outcome is Outcome.RESUMED and resumed is not None
         assert (resumed.status, resumed.next_run_at) == (status, None)
 
@@ -194,8 +196,10 @@ def test_the_claim_of_the_last_occurrence_plans_no_next_one() -> None:
 
 
 def test_a_backfill_runs_the_windows_occurrences_only() -> None:
-    """a backfill follows the schedule, window included"""
-    spec = _spec(start_at=format_ms(NOW - 5 * HOUR), end_at=format_ms(NOW - 2 * HOUR))
+    """a backfill follows the schedule, window included (a job registered before its window,
+    backfilled after it ended)"""
+    doc = _doc(start_at=format_ms(NOW - 5 * HOUR), end_at=format_ms(NOW - 2 * HOUR))
+    spec = validate_job(T, parse_document(doc), Limits(), NOW - 10 * HOUR)
     found = occurrences(spec.timing, NOW - 10 * HOUR, NOW, NOW, RunLimits())
     assert found == [NOW - 5 * HOUR, NOW - 4 * HOUR, NOW - 3 * HOUR, NOW - 2 * HOUR]
 
@@ -208,9 +212,7 @@ def test_the_preview_names_the_windows_start_and_its_last_occurrence() -> None:
     )
     view = JobView(spec.stored_document, "active", 1, NOW + 3 * HOUR, None, None)
     body = preview_body(view, spec, 10, NOW)
-    assert [o["at"] for o in body["occurrences"]] == [
-        format_ms(NOW + k * HOUR) for k in (3, 4, 5)
-    ]
+    assert [o["at"] for o in body["occurrences"]] == [format_ms(NOW + k * HOUR) for k in (3, 4, 5)]
     first, _, last = body["occurrences"]
     assert [r["rule"] for r in first["reasons"]] == ["start_at"]
     assert [r["rule"] for r in last["reasons"]] == ["end_at"]
@@ -222,5 +224,7 @@ def test_the_preview_names_the_windows_start_and_its_last_occurrence() -> None:
     }
     schedule = parse_cron("0 * * * *")
     window = Window(None, NOW + HOUR, None)
-    text = render_text(explain_cron(schedule, [NOW + HOUR], after_ms=NOW, now_ms=NOW, window=window))
-    assert "end_at: the last occurrence" in text and "the job then completes" in text
+    text = render_text(
+        explain_cron(schedule, [NOW + HOUR], after_ms=NOW, now_ms=NOW, window=window)
+    )
+    assert "end_at: the last occurrence" in text and "after it the job completes" in text

@@ -129,6 +129,7 @@ def test_json_carries_the_same_explanation_for_tools() -> None:
             "skipped_span": None,
             "next_run_at": "2026-03-30T00:30:00Z",
         },
+        "window": None,
     }
 
 

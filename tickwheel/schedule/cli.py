@@ -9,6 +9,8 @@ on stderr says why, with exit code 3: a script that asked for N lines never gets
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 import orjson
 
@@ -158,7 +160,7 @@ def next_command(
         _fail(ctx, exc)
         return
     window = None
-    next_after = schedule.next_after
+    next_after: Callable[[int], int | None] = schedule.next_after
     if start_ms is not None or end_ms is not None or after_end is not None:
         window = Window(start_ms, end_ms, after_end)
         next_after = window.bound(schedule.next_after)

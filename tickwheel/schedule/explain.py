@@ -251,7 +251,7 @@ def _window_reasons(
             Reason(
                 "end_at",
                 f"the last occurrence at or before end_at "
-                f"({format_utc(window.end_ms)}): the job then {then}",
+                f"({format_utc(window.end_ms)}): after it the job {then}",
             )
         )
     return tuple(reasons)

@@ -157,7 +157,7 @@ class PreviewReason(BaseModel):
     rule: str = Field(
         ...,
         description="the rule as the job document names it: 'dst.gap shift', 'dst.gap skip', "
-        "'dst.overlap first|last|both', 'interval', 'H'",
+        "'dst.overlap first|last|both', 'interval', 'H', 'start_at', 'end_at'",
     )
     text: str = Field(..., description="one sentence for people")
 
@@ -196,6 +196,14 @@ class HashedField(BaseModel):
     values: list[int] = Field(..., description="the values the job's key resolves it to")
 
 
+class PreviewWindow(BaseModel):
+    start_at: str | None = Field(..., description="no occurrence before it (ISO-8601 UTC)")
+    end_at: str | None = Field(..., description="no occurrence after it (ISO-8601 UTC)")
+    after_end: Literal["complete", "delete"] = Field(
+        ..., description="what becomes of the job after its last occurrence"
+    )
+
+
 class JobPreview(BaseModel):
     """The next occurrences of a job, each with why it is there (`GET /v1/jobs/{id}/preview`)."""
 
@@ -215,4 +223,7 @@ class JobPreview(BaseModel):
     occurrences: list[PreviewOccurrence]
     misfire: PreviewMisfire | None = Field(
         ..., description="what a claim now would do with the first occurrence and those after it"
+    )
+    window: PreviewWindow | None = Field(
+        ..., description="the job's active window (null: none; cron jobs only)"
     )
