@@ -19,6 +19,9 @@ from pydantic import ValidationError
 
 from tickwheel.clock import format_ms
 from tickwheel.domain import JobKind, job_key
+from tickwheel.idempotency_keys import TemplateError
+from tickwheel.idempotency_keys import parse as parse_template
+from tickwheel.idempotency_keys import render as render_key
 from tickwheel.schedule import (
     SHARED,
     ScheduleError,
@@ -291,6 +294,7 @@ def _free_text_problems(doc: JobDocument) -> list[FieldProblem]:
         ("timezone", doc.timezone),
         ("start_at", doc.start_at),
         ("end_at", doc.end_at),
+        ("idempotency_key_template", doc.idempotency_key_template),
     ]
     if doc.target is not None:
         texts.append(("target.url", doc.target.url))
@@ -346,6 +350,7 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
         )
     if (doc.handler is None) == (doc.target is None):
         problems.append(FieldProblem("handler", "give exactly one of 'handler' and 'target'"))
+    upcoming: int | None = None
     window, window_problems = _window(doc)
     problems += window_problems
     if doc.schedule is not None:
@@ -387,6 +392,8 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
                 "payload", f"is {size} bytes of JSON; the limit is {limits.payload_limit_bytes}"
             )
         )
+    if doc.idempotency_key_template is not None:
+        problems += _template_problems(tenant, doc, upcoming if doc.schedule else None)
     if doc.target is not None:
         try:
             url = check_target_url(doc.target.url, limits.target_allowlist)
@@ -422,7 +429,7 @@ def _window(doc: JobDocument) -> tuple[tuple[int | None, int | None], list[Field
     if doc.at is not None:
         problems += [
             FieldProblem(name, "applies to a cron schedule only; a one-off runs once, at 'at'")
-            for name in ("start_at", "end_at", "after_end")
+            for name in ("start_at", "end_at", "after_end", "pause_after_dead_runs")
             if getattr(doc, name) is not None
         ]
     elif doc.after_end is not None and doc.end_at is None:
@@ -437,6 +444,46 @@ def _window(doc: JobDocument) -> tuple[tuple[int | None, int | None], list[Field
             )
         )
     return (start, end), problems
+
+
+def _template_problems(tenant: str, doc: JobDocument, upcoming: int | None) -> list[FieldProblem]:
+    """What is wrong with `idempotency_key_template`: it must parse, and a sample key (the next
+    occurrence's, or the one-off's) must be a valid header value."""
+    template = doc.idempotency_key_template
+    assert template is not None
+    where = "idempotency_key_template"
+    if doc.target is None:
+        return [
+            FieldProblem(
+                where, "applies to an HTTP target only; a handler gets ctx.run_key to send"
+            )
+        ]
+    try:
+        parse_template(template)
+        sample = upcoming
+        if sample is None and doc.at is not None:
+            sample = parse_at(doc.at)
+        if sample is not None:
+            render_key(template, tenant, doc.id, sample, doc.timezone)
+    except TemplateError as exc:
+        return [FieldProblem(where, str(exc))]
+    except (ScheduleError, LookupError, ValueError):
+        return []  # `at` or `timezone` is wrong: their own problems say so
+    return []
+
+
+def run_target(doc: JobDocument) -> dict[str, Any] | None:
+    """The job's target as runs carry it (`jobs.target`, the envelopes' `target`): with the
+    rule of its Idempotency-Key when the job has a template (`RunTarget`)."""
+    if doc.target is None:
+        return None
+    target = doc.target.model_dump()
+    if doc.idempotency_key_template is not None:
+        target["idempotency_key"] = {
+            "template": doc.idempotency_key_template,
+            "timezone": doc.timezone,
+        }
+    return target
 
 
 def spec_from_stored(tenant: str, document: dict[str, Any], shards: int) -> JobSpec:

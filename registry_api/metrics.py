@@ -71,6 +71,13 @@ class Metrics:
         )
         for kind in RejectKind:
             self.intake_rejections.labels(kind.value)
+        self.paused_on_failure = Counter(
+            "tickwheel_registry_jobs_paused_on_failure",
+            "Jobs this registry paused after their pause_after_dead_runs consecutive dead runs, "
+            "by tenant (registry_api/auto_pause.py)",
+            ("tenant",),
+            registry=self.registry,
+        )
         self.intake_lag = Gauge(
             "tickwheel_registry_intake_lag",
             "Registrations between the intake's last batch of a partition and its end",

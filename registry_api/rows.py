@@ -20,7 +20,7 @@ import asyncpg
 import orjson
 
 from tickwheel.domain import run_key
-from tickwheel.registry_api.document import JobSpec
+from tickwheel.registry_api.document import JobSpec, run_target
 from tickwheel.registry_api.quotas import TenantQuotas
 from tickwheel.registry_api.state import StoredJob
 
@@ -107,7 +107,7 @@ def row_tuple(job: StoredJob, spec: JobSpec, expected_version: int | None) -> tu
         spec.first_run_at(0) if doc.at is not None else None,
         doc.timezone,
         doc.handler,
-        _json_text(doc.target.model_dump()) if doc.target is not None else None,
+        _json_text(run_target(doc)),
         _json_text(doc.payload),
         doc.priority,
         doc.max_attempts,
@@ -129,6 +129,7 @@ def row_tuple(job: StoredJob, spec: JobSpec, expected_version: int | None) -> tu
         expected_version,
         *spec.window_ms,
         doc.after_end,
+        doc.pause_after_dead_runs,
     )
 
 

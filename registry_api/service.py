@@ -21,6 +21,7 @@ from tickwheel.config import Settings
 from tickwheel.kafka.clients import consumer, producer
 from tickwheel.kafka.producing import PRODUCER_MESSAGE_MAX_BYTES
 from tickwheel.queries import QUERIES
+from tickwheel.registry_api.auto_pause import AutoPause
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.intake import RegistrationIntake
 from tickwheel.registry_api.metrics import Metrics
@@ -181,6 +182,9 @@ async def serve(
             await asyncio.to_thread(server.shutdown)
 
         process.on_close(close_metrics)
+    # Pause on failure: every registry process looks; the first pause of a job wins.
+    auto_pause = AutoPause(store, on_pause=lambda t: metrics.paused_on_failure.labels(t).inc())
+    process.spawn("auto-pause", auto_pause.run(process.stop))
     if intake:
         taker = make_intake(store, settings, health=process.state("intake"))
         taker.on_batch = metrics.intake_batch

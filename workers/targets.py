@@ -32,7 +32,9 @@ every one of them stays behind. The one exception is the upgrade of the same hos
 to https on default ports (as httpx allows). `Idempotency-Key` is ours and always sent.
 
 The request carries `Idempotency-Key: <run key>`, so a downstream can drop the second
-delivery of an at-least-once run. The body is the job's payload as JSON.
+delivery of an at-least-once run, or the key the job's `idempotency_key_template` makes of the
+run (`tickwheel.idempotency_keys`; the target's `idempotency_key` rule, put there by the
+registry with the job's zone). The body is the job's payload as JSON.
 
 The allowlist match is the registry's own rule (`tickwheel.target_rules.matching_entry`): the URL
 normalised, no credentials or dot segments (literal or encoded), scheme, host and port equal,
@@ -52,6 +54,9 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx
 import orjson
 
+from tickwheel.domain import parse_run_key
+from tickwheel.idempotency_keys import TemplateError
+from tickwheel.idempotency_keys import render as render_key
 from tickwheel.target_rules import TargetError, entry_networks, matching_entry
 from tickwheel.wire.job import RATE_LIMIT_MAX
 from tickwheel.workers.handlers import PermanentError
@@ -213,11 +218,15 @@ class HttpTargets:
         if limit is not None:
             rate, burst = _limit_of(limit)
             await self.gate.share(run_key.rpartition("@")[0], rate, burst)
+        key = run_key
+        rule = target.get("idempotency_key")
+        if rule is not None:
+            key = _templated_key(rule, run_key)
         body: bytes | None = orjson.dumps(payload)
         origin = url
         for _hop in range(MAX_REDIRECTS + 1):
             headers = extra if same_origin(origin, url) else {}
-            response = await self._send(url, method, headers, body, run_key)
+            response = await self._send(url, method, headers, body, key)
             status = response.status_code
             if status in REDIRECT_STATUSES and "location" in response.headers:
                 url = urljoin(url, response.headers["location"])
@@ -233,7 +242,7 @@ class HttpTargets:
         raise PermanentError(f"target redirected more than {MAX_REDIRECTS} times")
 
     async def _send(
-        self, url: str, method: str, extra: dict[str, Any], body: bytes | None, run_key: str
+        self, url: str, method: str, extra: dict[str, Any], body: bytes | None, key: str
     ) -> httpx.Response:
         entry = allowlist_entry(url, self.policy.allowlist)
         if entry is None:
@@ -246,7 +255,7 @@ class HttpTargets:
         address = await self._checked_address(host, port, entry)
         key = await self.gate.slot(host, port)
         headers = {str(k): str(v) for k, v in extra.items()}
-        headers["Idempotency-Key"] = run_key
+        headers["Idempotency-Key"] = key
         headers["Host"] = parts.netloc.rpartition("@")[2]
         if body is not None:
             headers.setdefault("Content-Type", "application/json")
@@ -305,6 +314,22 @@ class HttpTargets:
 async def _resolve(host: str, port: int) -> list[Address]:
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [ipaddress.ip_address(info[4][0]) for info in infos]
+
+
+def _templated_key(rule: Any, run_key: str) -> str:
+    """The Idempotency-Key of `rule` (`RunTarget.idempotency_key`) for this run; a rule that
+    cannot make one is permanent (the registry checked it, so only a hand-written row gets
+    here)."""
+    if not isinstance(rule, dict):
+        raise PermanentError("target.idempotency_key must be an object")
+    template, zone = rule.get("template"), rule.get("timezone")
+    if not isinstance(template, str) or not isinstance(zone, str):
+        raise PermanentError("target.idempotency_key needs a template and a timezone")
+    try:
+        tenant, job_id, scheduled_ms = parse_run_key(run_key)
+        return render_key(template, tenant, job_id, scheduled_ms, zone)
+    except (TemplateError, LookupError, ValueError) as exc:
+        raise PermanentError(f"target.idempotency_key: {exc}") from None
 
 
 def _limit_of(limit: Any) -> tuple[float, int]:

@@ -1,6 +1,7 @@
 """A cron job's active window (`start_at`, `end_at`, `after_end`; issue 50): no occurrence
 outside it, wherever occurrences are computed — the registry, a leader's claim plan, a backfill,
-the preview — and the job completes (or is deleted) after its last one."""
+the preview — and the job completes (or is deleted) after its last one. And the document's part
+of pause on failure (`pause_after_dead_runs`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tickwheel.clock import format_ms
+from tickwheel.registry_api.auto_pause import note_reason
 from tickwheel.registry_api.document import (
     JobValidationError,
     Limits,
@@ -228,3 +230,33 @@ def test_the_preview_names_the_windows_start_and_its_last_occurrence() -> None:
         explain_cron(schedule, [NOW + HOUR], after_ms=NOW, now_ms=NOW, window=window)
     )
     assert "end_at: the last occurrence" in text and "after it the job completes" in text
+
+
+# --- pause on failure: the document's part (the pausing: tests/integration) ---------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [(0, "greater than or equal to 1"), (101, "less than or equal to 100"), ("3", "integer")],
+)
+def test_pause_after_dead_runs_is_1_to_100(value: Any, words: str) -> None:
+    problems = _problems(pause_after_dead_runs=value)
+    assert words in problems["pause_after_dead_runs"], problems
+
+
+def test_pause_after_dead_runs_is_for_cron_jobs_and_kept_only_when_given() -> None:
+    """a one-off has one run: the setting there is refused; absent, it stays out of the
+    stored document"""
+    assert _spec(pause_after_dead_runs=3).stored_document["pause_after_dead_runs"] == 3
+    assert "pause_after_dead_runs" not in _spec().stored_document
+    doc = {"id": "o", "at": "2027-02-01T00:00:00Z", "handler": "h.run", "pause_after_dead_runs": 1}
+    with pytest.raises(JobValidationError) as caught:
+        validate_job(T, parse_document(doc), Limits(), NOW)
+    assert [p.field for p in caught.value.problems] == ["pause_after_dead_runs"]
+
+
+def test_the_pause_note_names_the_count_and_the_last_dead_run() -> None:
+    assert note_reason(3, "acme/w@1") == (
+        "paused after 3 consecutive runs died (pause_after_dead_runs: 3); the last: acme/w@1"
+    )
+    assert note_reason(1, "acme/w@1").startswith("paused after a run died (")

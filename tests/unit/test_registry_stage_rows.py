@@ -40,6 +40,7 @@ def test_each_staged_value_lands_in_its_named_column() -> None:
             "start_at": "2027-02-01T00:00:00Z",
             "end_at": "2027-03-01T00:00:00Z",
             "after_end": "delete",
+            "pause_after_dead_runs": 3,
         }
     )
     limits = Limits(target_allowlist=("https://hooks.acme.test/jobs",))
@@ -78,5 +79,6 @@ def test_each_staged_value_lands_in_its_named_column() -> None:
         "start_at": 1_801_440_000_000,
         "end_at": 1_803_859_200_000,
         "after_end": "delete",
+        "pause_after_dead_runs": 3,
     }
     assert orjson.loads(row["target"])["url"] == "https://hooks.acme.test/jobs/x"

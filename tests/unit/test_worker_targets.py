@@ -358,3 +358,28 @@ async def test_a_target_with_its_own_limit_waits_for_the_job_then_the_host() -> 
         ("slot", "hooks.example.com"),
         ("slot", "hooks.example.com"),
     ]
+
+
+async def test_the_request_carries_the_templated_key_when_the_target_has_a_rule() -> None:
+    """a job's `idempotency_key_template` (the rule the registry puts in the run's target, with
+    the job's zone) makes the key; a hop of a redirect sends the same one"""
+    rule = {"template": "{tenant}-{job}-{scheduled:%Y-%m-%d}", "timezone": "Asia/Tokyo"}
+    # 2027-01-15T20:00Z is already the 16th in Tokyo
+    run = "acme/inv@1800043200000"
+    targets, seen = _targets(lambda _r: httpx.Response(204))
+    await targets.call({**TARGET, "idempotency_key": rule}, {}, run)
+    await targets.call(TARGET, {}, run)
+    assert [r.headers["idempotency-key"] for r in seen] == ["acme-inv-2027-01-16", run]
+
+
+async def test_a_rule_that_cannot_make_a_key_fails_the_run_permanently() -> None:
+    """only a hand-written row gets here (the registry checks templates): no retry helps, and
+    nothing is sent"""
+    targets, seen = _targets(lambda _r: httpx.Response(204))
+    with pytest.raises(PermanentError, match="unknown placeholder"):
+        await targets.call({**TARGET, "idempotency_key": {"template": "{nope}", "timezone": "UTC"}}, {}, "acme/inv@1")  # fmt: skip
+    with pytest.raises(PermanentError, match="timezone"):
+        await targets.call({**TARGET, "idempotency_key": {"template": "{job}"}}, {}, "acme/inv@1")
+    with pytest.raises(PermanentError, match="idempotency_key"):
+        await targets.call({**TARGET, "idempotency_key": {"template": "{job}", "timezone": "Mars/Base"}}, {}, "acme/inv@1")  # fmt: skip
+    assert seen == []

@@ -26,7 +26,8 @@ CREATE TEMP TABLE IF NOT EXISTS jobs_stage (
     misfire_policy text, misfire_grace_ms bigint, misfire_max_catchup integer,
     overlap_policy text, dst_gap text, dst_overlap text, status text, next_run_at bigint,
     version bigint, document jsonb, intake_partition integer, intake_offset bigint,
-    expected_version bigint, start_at bigint, end_at bigint, after_end text
+    expected_version bigint, start_at bigint, end_at bigint, after_end text,
+    pause_after_dead_runs integer
 ) ON COMMIT DELETE ROWS
 
 -- jobs_write_batch --
@@ -50,7 +51,7 @@ WITH updated AS (
         intake_partition = r.intake_partition, intake_offset = r.intake_offset,
         start_at = 'epoch'::timestamptz + r.start_at * interval '1 millisecond',
         end_at = 'epoch'::timestamptz + r.end_at * interval '1 millisecond',
-        after_end = r.after_end
+        after_end = r.after_end, pause_after_dead_runs = r.pause_after_dead_runs
     FROM jobs_stage r
     WHERE r.expected_version IS NOT NULL
       AND j.tenant = r.tenant AND j.job_id = r.job_id AND j.version = r.expected_version
@@ -60,7 +61,8 @@ WITH updated AS (
                       target, payload, priority, max_attempts, backoff_base_ms, backoff_cap_ms,
                       timeout_ms, misfire_policy, misfire_grace_ms, misfire_max_catchup,
                       overlap_policy, dst_gap, dst_overlap, status, next_run_at, version,
-                      document, intake_partition, intake_offset, start_at, end_at, after_end)
+                      document, intake_partition, intake_offset, start_at, end_at, after_end,
+                      pause_after_dead_runs)
     SELECT r.tenant, r.job_id, r.shard_id, r.kind, r.schedule,
            'epoch'::timestamptz + r.run_at * interval '1 millisecond',
            r.timezone, r.handler, r.target, r.payload, r.priority, r.max_attempts,
@@ -71,7 +73,7 @@ WITH updated AS (
            r.version, r.document, r.intake_partition, r.intake_offset,
            'epoch'::timestamptz + r.start_at * interval '1 millisecond',
            'epoch'::timestamptz + r.end_at * interval '1 millisecond',
-           r.after_end
+           r.after_end, r.pause_after_dead_runs
     FROM jobs_stage r
     WHERE r.expected_version IS NULL
     ON CONFLICT (tenant, job_id) DO NOTHING
@@ -243,3 +245,27 @@ FROM tenants t
 LEFT JOIN tenant_usage u ON u.tenant = t.name
 WHERE $1::text IS NULL OR t.name = $1
 ORDER BY t.name
+
+
+-- auto_pause_due --
+-- Pause on failure (registry_api/auto_pause.py): the active jobs with `pause_after_dead_runs`
+-- N of which a run died after $1 (index job_runs_dead), and whose N latest finished runs
+-- scheduled since the job's last change (`updated_at`: an edit or a resume starts the count
+-- over) all died. One row per such job with its latest dead run's instant.
+--   $1 since, unix ms
+SELECT j.tenant, j.job_id, j.version, j.pause_after_dead_runs AS n,
+       (extract(epoch FROM d.last_dead) * 1000)::bigint AS last_dead_ms
+FROM (SELECT r.tenant, r.job_id, max(r.scheduled_at) AS last_dead
+      FROM job_runs r
+      WHERE r.status = 'dead'
+        AND r.finished_at > 'epoch'::timestamptz + $1::bigint * interval '1 millisecond'
+      GROUP BY r.tenant, r.job_id) d
+JOIN jobs j ON j.tenant = d.tenant AND j.job_id = d.job_id
+WHERE j.pause_after_dead_runs IS NOT NULL AND j.status = 'active'
+  AND (SELECT count(*) FILTER (WHERE f.status = 'dead')
+       FROM (SELECT r.status FROM job_runs r
+             WHERE r.tenant = j.tenant AND r.job_id = j.job_id
+               AND r.scheduled_at >= j.updated_at AND r.status IN ('succeeded', 'dead')
+             ORDER BY r.scheduled_at DESC
+             LIMIT j.pause_after_dead_runs) f) = j.pause_after_dead_runs
+ORDER BY j.tenant, j.job_id

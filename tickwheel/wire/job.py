@@ -34,11 +34,13 @@ __all__ = [
     "HANDLER_PATTERN",
     "JOB_ID_PATTERN",
     "MAX_ATTEMPTS_LIMIT",
+    "PAUSE_AFTER_DEAD_RUNS_MAX",
     "TIMEOUT_LIMIT_MS",
     "VERSION_MAX",
     "VERSION_MIN",
     "AfterEndValue",
     "Backoff",
+    "IdempotencyKeyRule",
     "Dst",
     "DstGapValue",
     "DstOverlapValue",
@@ -47,6 +49,7 @@ __all__ = [
     "MisfireValue",
     "OverlapValue",
     "PriorityValue",
+    "RunTarget",
     "StrictModel",
     "Target",
     "TargetLimit",
@@ -62,6 +65,7 @@ BACKOFF_LIMIT_MS = 7 * 24 * 3600 * 1000  # one week
 # Number.MAX_SAFE_INTEGER), and it leaves the stored bigint (up to 2^63 - 1) room for more
 # than 9 * 10^18 bumps after it, so no job's version can ever overflow.
 VERSION_MIN = 1
+PAUSE_AFTER_DEAD_RUNS_MAX = 100
 VERSION_MAX = 2**53 - 1
 
 # The document's closed vocabularies, as literals of the domain's enums (see literal_of).
@@ -137,6 +141,21 @@ class Target(StrictModel):
     )
 
 
+class IdempotencyKeyRule(StrictModel):
+    """How a worker makes an HTTP target's Idempotency-Key (`tickwheel.idempotency_keys`): the
+    job's `idempotency_key_template` and its zone, put in the run's target by the registry."""
+
+    template: str = Field(..., min_length=1, max_length=200)
+    timezone: str = Field(..., max_length=64, description="the job's IANA zone")
+
+
+class RunTarget(Target):
+    """A run's HTTP target, as envelopes carry it: the job's `target`, and the rule of its
+    Idempotency-Key when the job has a template (absent: the run key)."""
+
+    idempotency_key: IdempotencyKeyRule | None = Field(None, exclude_if=lambda v: v is None)
+
+
 class JobDocument(StrictModel):
     """A job as users write it: identical over HTTP and in Kafka registrations."""
 
@@ -177,6 +196,21 @@ class JobDocument(StrictModel):
         exclude_if=lambda v: v is None,
         description="ISO-8601 instant: no occurrence after it (inclusive); after the last "
         "one the job completes, or is deleted with after_end 'delete'",
+    )
+    idempotency_key_template: str | None = Field(
+        None,
+        max_length=200,
+        exclude_if=lambda v: v is None,
+        description="HTTP targets: the Idempotency-Key each call sends, from {tenant}, {job}, "
+        "{scheduled} and {scheduled:FORMAT} (strftime, in the job's zone); absent: the run key",
+    )
+    pause_after_dead_runs: int | None = Field(
+        None,
+        ge=1,
+        le=PAUSE_AFTER_DEAD_RUNS_MAX,
+        exclude_if=lambda v: v is None,
+        description="cron jobs: the registry pauses the job after this many consecutive dead "
+        "runs (counted from its last change), with a note saying so; absent: never",
     )
     after_end: AfterEndValue | None = Field(
         None,

@@ -40,7 +40,7 @@ from tickwheel.wire.job import (
     JobDocument,
     PriorityValue,
     StrictModel,
-    Target,
+    RunTarget,
 )
 from tickwheel.wire.responses import OriginValue
 
@@ -299,7 +299,7 @@ class HandlerRun(RunFields):
 class TargetRun(RunFields):
     """The run of a job with an HTTP target."""
 
-    target: Target
+    target: RunTarget
 
 
 _RUN_KAFKA = _kafka(
