@@ -429,7 +429,7 @@ def _window(doc: JobDocument) -> tuple[tuple[int | None, int | None], list[Field
     if doc.at is not None:
         problems += [
             FieldProblem(name, "applies to a cron schedule only; a one-off runs once, at 'at'")
-            for name in ("start_at", "end_at", "after_end", "pause_after_dead_runs")
+            for name in ("start_at", "end_at", "after_end", "pause_after_dead_runs", "max_runs")
             if getattr(doc, name) is not None
         ]
     elif doc.after_end is not None and doc.end_at is None:

@@ -90,7 +90,9 @@ def parts_body(parts: Mapping[str, PartState]) -> dict[str, Any]:
     }
 
 
-def preview_body(view: JobView, spec: JobSpec, count: int, now_ms: int) -> dict[str, Any]:
+def preview_body(
+    view: JobView, spec: JobSpec, count: int, now_ms: int, runs_done: int | None = None
+) -> dict[str, Any]:
     """The job's next `count` occurrences with why each is there (schedule/explain.py).
 
     An active job's list starts at its `next_run_at` (overdue or not: the misfire outlook says
@@ -118,10 +120,26 @@ def preview_body(view: JobView, spec: JobSpec, count: int, now_ms: int) -> dict[
         elif view.status == JobStatus.COMPLETED:  # its window ended
             first = None
         instants: list[int] = []
+        if doc.max_runs is not None:  # no more occurrences than runs left
+            count = min(count, max(0, doc.max_runs - (runs_done or 0)))
         while first is not None and len(instants) < count:
             instants.append(first)
             first = next_after(first)
         preview = explain_cron(
             schedule, instants, after_ms=None, now_ms=now_ms, misfire=misfire, window=window
         )
-    return {"id": doc.id, "status": view.status, **preview.to_dict(format_ms)}
+    body = {"id": doc.id, "status": view.status, **preview.to_dict(format_ms), "runs": None}
+    if doc.max_runs is not None:
+        done = runs_done or 0
+        left = max(0, doc.max_runs - done)
+        body["runs"] = {"max_runs": doc.max_runs, "done": done, "left": left}
+        occurrences = body["occurrences"]
+        if left and len(occurrences) == left:
+            occurrences[-1]["reasons"].append(
+                {
+                    "rule": "max_runs",
+                    "text": f"run {doc.max_runs} of {doc.max_runs}, the last: after it the job "
+                    "completes",
+                }
+            )
+    return body

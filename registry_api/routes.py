@@ -209,7 +209,10 @@ async def preview_job(
 ) -> Response:
     view = await _current(ctx, tenant, job_id)
     spec = spec_from_stored(tenant, view.document, ctx.limits.shards)
-    return JsonResponse(preview_body(view, spec, count, ctx.clock()))
+    done = None
+    if spec.document.max_runs is not None:
+        done = await ctx.store.runs_done(tenant, job_id)
+    return JsonResponse(preview_body(view, spec, count, ctx.clock(), done))
 
 
 @jobs.patch(

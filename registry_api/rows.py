@@ -130,6 +130,7 @@ def row_tuple(job: StoredJob, spec: JobSpec, expected_version: int | None) -> tu
         *spec.window_ms,
         doc.after_end,
         doc.pause_after_dead_runs,
+        doc.max_runs,
     )
 
 

@@ -369,6 +369,11 @@ class RegistryStore:
 
     # reads ------------------------------------------------------------------------------------
 
+    async def runs_done(self, tenant: str, job_id: str) -> int:
+        """A job's counted runs so far (max_runs): its scheduled runs that were not skipped."""
+        done = await self.pool.fetchval(QUERIES["job_runs_done"], tenant, job_id)
+        return int(done or 0)
+
     async def get(self, tenant: str, job_id: str) -> JobView | None:
         row = await self.pool.fetchrow(QUERIES["job_get"], tenant, job_id)
         return None if row is None else job_view(row)

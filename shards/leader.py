@@ -411,11 +411,15 @@ class ShardLeader(HorizonHolding):
         assert self.lease is not None
         try:
             keys = [e.ids for e in chunk if e.overlap_policy != OverlapPolicy.ALLOW]
-            counts = None
-            if keys:
+            limited = [e for e in chunk if e.rules.max_runs is not None]
+            counts = runs_done = None
+            if keys or limited:
                 async with self.s.pool.acquire() as conn:
-                    counts = await store.in_flight(conn, keys)
-            batch = plan_claims(chunk, now, self.s.cache, counts)
+                    if keys:
+                        counts = await store.in_flight(conn, keys)
+                    if limited:  # max_runs: their runs so far, read at each claim (exact)
+                        runs_done = await store.run_counts(conn, limited)
+            batch = plan_claims(chunk, now, self.s.cache, counts, runs_done)
             # One statement, fenced by itself, shared with the other leaders' claims made
             # meanwhile (claims.py, store.claim_many).
             claimed = await self.s.claims.claim(self.lease, batch)
@@ -444,6 +448,10 @@ class ShardLeader(HorizonHolding):
             self.s.positions.claimed(positions, self.horizon_end_ms)
             if deleted:
                 self.s.positions.ended(deleted)
+            if batch.counted:
+                self.s.positions.counted(
+                    (ids[0], ids[1], *count) for ids, count in batch.counted.items() if ids in done
+                )
             if stale:
                 # Edited, paused, deleted since the wheel learnt of them: read the truth now
                 # rather than wait for the feed (it may be on its way too; versions decide).

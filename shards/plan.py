@@ -65,6 +65,7 @@ class JobRules:
     start_ms: int | None = None  # the active window (cron only; None: unbounded)
     end_ms: int | None = None
     after_end: str | None = None  # 'delete': the job is deleted after the window's last one
+    max_runs: int | None = None  # the job completes after this many scheduled runs
 
 
 # Interned rules, held only while some entry uses them (a reload or an edit lets go of the old).
@@ -102,11 +103,12 @@ class JobEntry:
         start_ms: int | None = None,
         end_ms: int | None = None,
         after_end: str | None = None,
+        max_runs: int | None = None,
     ) -> JobEntry:
         """An entry whose rules are the interned copy of these."""
         values = (
             kind, schedule, timezone, dst_gap, dst_overlap, misfire_policy, grace_ms,
-            max_catchup, overlap_policy, start_ms, end_ms, after_end,
+            max_catchup, overlap_policy, start_ms, end_ms, after_end, max_runs,
         )  # fmt: skip
         rules = _RULES.get(values)
         if rules is None:
@@ -199,6 +201,9 @@ class ClaimBatch:
     run_reason: list[str | None] = field(default_factory=list)
     run_leased: list[bool] = field(default_factory=list)
     entries: list[JobEntry] = field(default_factory=list)  # the due entries, in job order
+    # Jobs with max_runs: their counted runs after this claim, and the instant the count runs
+    # through (exclusive), for the leader to write off the claim (positions.py `counted`).
+    counted: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
 
     def add_run(
         self, ids: tuple[str, str], ms: int, status: str, reason: str | None, leased: bool
@@ -235,9 +240,16 @@ def next_fire(cache: ScheduleCache, entry: JobEntry, after_ms: int) -> int | Non
     )
 
 
+def _max_runs_reason(max_runs: int) -> str:
+    return f"{REASON_MAX_RUNS}: the job's {max_runs} runs are done"
+
+
 def span_reason(reason: str, end_ms: int) -> str:
     """The skip reason of a span's summary row: the reason and where the span ends."""
     return f"{reason}: every occurrence before {format_ms(end_ms)} skipped"
+
+
+REASON_MAX_RUNS = "max_runs"
 
 
 def plan_claims(
@@ -245,8 +257,10 @@ def plan_claims(
     now_ms: int,
     cache: ScheduleCache,
     in_flight: dict[tuple[str, str], tuple[int, int]] | None = None,
+    done: dict[tuple[str, str], int] | None = None,
 ) -> ClaimBatch:
-    """Plan the claim of `due` at `now_ms`; `in_flight[(tenant, job_id)] = (running, buffered)`."""
+    """Plan the claim of `due` at `now_ms`; `in_flight[(tenant, job_id)] = (running, buffered)`;
+    `done[(tenant, job_id)]`: a job with max_runs, its counted runs before this claim."""
     batch = ClaimBatch()
     counts = in_flight or {}
     for entry in due:
@@ -271,6 +285,16 @@ def plan_claims(
                 plan.skipped_span,
             )
         ids = entry.ids
+        counted = None
+        if rules.max_runs is not None:
+            counted = (done or {}).get(ids, 0)
+            left = max(0, rules.max_runs - counted)
+            if len(run) >= left:
+                # The last runs the job has: the rest of a catch-up is recorded, not run, and
+                # the job completes.
+                beyond = run[left:]
+                run, next_ms = run[:left], None
+                skipped = [*skipped, *((ms, _max_runs_reason(rules.max_runs)) for ms in beyond)]
         batch.entries.append(entry)
         batch.tenants.append(ids[0])
         batch.job_ids.append(ids[1])
@@ -278,6 +302,7 @@ def plan_claims(
         batch.versions.append(entry.version)
         batch.next_ms.append(next_ms)
         batch.complete.append(next_ms is None)
+        first_row = len(batch.run_status)
         if rules.overlap_policy == OverlapPolicy.ALLOW:
             for ms in run:
                 batch.add_run(ids, ms, RunStatus.PENDING, None, True)
@@ -295,6 +320,9 @@ def plan_claims(
                     batch.add_run(ids, ms, RunStatus.SKIPPED, REASON_OVERLAP, False)
         for ms, reason in skipped:
             batch.add_run(ids, ms, RunStatus.SKIPPED, reason, False)
+        if counted is not None:
+            pending = batch.run_status[first_row:].count(RunStatus.PENDING)
+            batch.counted[ids] = (counted + pending, max([expected, *batch.run_ms[first_row:]]) + 1)
         if span is not None:
             batch.add_run(
                 ids,

@@ -19,6 +19,10 @@ the claim saw):
            count moved) within `SOON_S`, by a statement of its own (`jobs_end_delete`), so the
            common statement stays as it is
 
+    counted  a job with max_runs: its counted runs and the instant they run through, within
+           `SOON_S`, forward only (`jobs_run_counts_write`); a count lost costs nothing, the
+           next claim derives it from the runs (`jobs_run_counts_read`)
+
 A position lost with its process (a crash before the write) costs nothing but a re-read: the
 next leader derives it from the runs when it loads the horizon (`horizon_jobs`
 `claimed_through`).
@@ -58,6 +62,7 @@ class Positions:
         self._soon: dict[tuple[str, str], Position] = {}
         self._later: dict[tuple[str, str], Position] = {}
         self._ended: dict[tuple[str, str], Position] = {}
+        self._counted: dict[tuple[str, str], tuple[str, str, int, int]] = {}
         self._last_claim = time.monotonic()
         self._oldest_later: float | None = None
         self._lock = asyncio.Lock()
@@ -89,8 +94,16 @@ class Positions:
             self._later.pop(key, None)
             self._ended[key] = p
 
+    def counted(self, counts: Iterable[tuple[str, str, int, int]]) -> None:
+        """Queue (tenant, job id, runs done, through ms) of jobs with max_runs."""
+        for c in counts:
+            key = (c[0], c[1])
+            old = self._counted.get(key)
+            if old is None or old[3] < c[3]:
+                self._counted[key] = c
+
     def queued(self) -> int:
-        return len(self._soon) + len(self._later) + len(self._ended)
+        return len(self._soon) + len(self._later) + len(self._ended) + len(self._counted)
 
     async def flush_before(self, until_ms: int) -> None:
         """Write every queued position earlier than `until_ms` (a horizon extension's end):
@@ -108,6 +121,7 @@ class Positions:
         self._later.clear()
         self._oldest_later = None
         await self._write(soon + later)
+        await self._write_counts()
         await self._delete_ended()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -126,6 +140,7 @@ class Positions:
             log.warning("positions not written at stop; the next load derives them", exc_info=True)
 
     async def _step(self) -> None:
+        await self._write_counts()
         await self._delete_ended()
         if self._soon:
             soon = list(self._soon.values())
@@ -157,6 +172,25 @@ class Positions:
                     self._soon.setdefault((p[0], p[1]), p)
                 raise
             self.written += len(part)
+
+    async def _write_counts(self) -> None:
+        counts = list(self._counted.values())
+        self._counted.clear()
+        for start in range(0, len(counts), BATCH):
+            part = counts[start : start + BATCH]
+            try:
+                async with self._lock:
+                    await self.pool.execute(
+                        QUERIES["jobs_run_counts_write"],
+                        db.id_list([c[0] for c in part]),
+                        db.id_list([c[1] for c in part]),
+                        db.num_list([c[2] for c in part]),
+                        db.num_list([c[3] for c in part]),
+                    )
+            except BaseException:
+                for c in counts[start:]:
+                    self._counted.setdefault((c[0], c[1]), c)
+                raise
 
     async def _delete_ended(self) -> None:
         ended = list(self._ended.values())

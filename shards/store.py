@@ -108,6 +108,7 @@ def entry_of(row: asyncpg.Record) -> JobEntry:
         start_ms=row["start_ms"],
         end_ms=row["end_ms"],
         after_end=row["after_end"],
+        max_runs=row["max_runs"],
     )
 
 
@@ -255,6 +256,17 @@ async def in_flight(
     """(running, buffered) runs in flight per job, for the overlap policies."""
     rows = await conn.fetch(QUERIES["runs_in_flight"], [k[0] for k in keys], [k[1] for k in keys])
     return {(r["tenant"], r["job_id"]): (r["running"], r["buffered"]) for r in rows}
+
+
+async def run_counts(conn: Conn, entries: Sequence[JobEntry]) -> dict[tuple[str, str], int]:
+    """Per job with max_runs, its counted runs before the instant its entry is due at."""
+    rows = await conn.fetch(
+        QUERIES["jobs_run_counts_read"],
+        db.id_list([e.tenant for e in entries]),
+        db.id_list([e.job_id for e in entries]),
+        db.num_list([e.next_ms for e in entries]),
+    )
+    return {(r["tenant"], r["job_id"]): r["done"] for r in rows}
 
 
 @dataclass(slots=True)

@@ -60,7 +60,10 @@ async def job_detail(
         return None
     document = found["document"]
     spec = spec_from_stored(tenant, document, shards)
-    preview = preview_body(job_view(row), spec, PREVIEW_COUNT, now_ms)
+    done = None
+    if spec.document.max_runs is not None:
+        done = await conn.fetchval(QUERIES["job_runs_done"], tenant, job_id)
+    preview = preview_body(job_view(row), spec, PREVIEW_COUNT, now_ms, done)
     if isinstance(document.get("target"), dict):
         document = {**document, "target": redacted_target(document["target"])}
     actions = await conn.fetch(QUERIES["ops_audit_of_job"], tenant, job_id, AUDIT_ENTRIES)

@@ -48,12 +48,15 @@ def _problems(**fields: Any) -> dict[str, str]:
     return {p.field: p.message for p in caught.value.problems}
 
 
-def _entry(start_ms: int | None, end_ms: int | None, next_ms: int, after_end: str | None = None):  # type: ignore[no-untyped-def]
+def _entry(  # type: ignore[no-untyped-def]
+    start_ms: int | None, end_ms: int | None, next_ms: int, after_end: str | None = None,
+    max_runs: int | None = None, misfire: str = "run_once", overlap: str = "allow",
+):
     return JobEntry.of(
         tenant=T, job_id="w", version=1, next_ms=next_ms, kind="cron", schedule="0 * * * *",
-        timezone="UTC", dst_gap="shift", dst_overlap="first", misfire_policy="run_once",
-        grace_ms=60_000, max_catchup=10, overlap_policy="allow", start_ms=start_ms,
-        end_ms=end_ms, after_end=after_end,
+        timezone="UTC", dst_gap="shift", dst_overlap="first", misfire_policy=misfire,
+        grace_ms=60_000, max_catchup=10, overlap_policy=overlap, start_ms=start_ms,
+        end_ms=end_ms, after_end=after_end, max_runs=max_runs,
     )  # fmt: skip
 
 
@@ -260,3 +263,71 @@ def test_the_pause_note_names_the_count_and_the_last_dead_run() -> None:
         "paused after 3 consecutive runs died (pause_after_dead_runs: 3); the last: acme/w@1"
     )
     assert note_reason(1, "acme/w@1").startswith("paused after a run died (")
+
+
+# --- limited runs: the plan's part (the counting across leaders: tests/integration) ------------
+
+
+def test_max_runs_caps_a_claim_and_completes_the_job_on_its_last_run() -> None:
+    """3 allowed, 1 done: a claim runs the next one and goes on; with 2 done it runs the last
+    one and plans no next occurrence; with 3 done it runs nothing and completes. Each claim
+    says what the count becomes and the instant it runs through."""
+    ids = (T, "w")
+    entry = _entry(None, None, NOW + HOUR, max_runs=3)
+    on = plan_claims([entry], NOW + HOUR, ScheduleCache(), done={ids: 1})
+    assert (on.run_ms, on.next_ms, on.counted[ids]) == ([NOW + HOUR], [NOW + 2 * HOUR], (2, NOW + HOUR + 1))
+    last = plan_claims([entry], NOW + HOUR, ScheduleCache(), done={ids: 2})
+    assert (last.run_ms, last.next_ms, last.counted[ids]) == ([NOW + HOUR], [None], (3, NOW + HOUR + 1))
+    over = plan_claims([entry], NOW + HOUR, ScheduleCache(), done={ids: 3})
+    assert (over.run_ms, over.next_ms, over.complete) == ([], [None], [True])
+    plain = plan_claims([_entry(None, None, NOW + HOUR)], NOW + HOUR, ScheduleCache())
+    assert plain.counted == {} and plain.next_ms == [NOW + 2 * HOUR]
+
+
+def test_a_catch_up_past_max_runs_records_the_rest_skipped() -> None:
+    """run_all catching up 5 missed hours with 2 runs left: the 2 oldest run, the other 3 are
+    recorded skipped naming max_runs (nothing silently lost), and the job completes"""
+    ids = (T, "w")
+    entry = _entry(None, None, NOW + HOUR, max_runs=4, misfire="run_all")
+    batch = plan_claims([entry], NOW + 5 * HOUR + 1000, ScheduleCache(), done={ids: 2})
+    rows = list(zip(batch.run_ms, batch.run_status, batch.run_reason, strict=True))
+    assert [(ms, st) for ms, st, _ in rows if st == "pending"] == [
+        (NOW + HOUR, "pending"), (NOW + 2 * HOUR, "pending")
+    ]
+    skipped = [(ms, reason) for ms, st, reason in rows if st == "skipped"]
+    assert [ms for ms, _ in skipped] == [NOW + 3 * HOUR, NOW + 4 * HOUR, NOW + 5 * HOUR]
+    assert all(reason == "max_runs: the job's 4 runs are done" for _, reason in skipped)
+    assert batch.next_ms == [None] and batch.counted[ids] == (4, NOW + 5 * HOUR + 1)
+
+
+def test_an_overlap_skip_is_not_counted() -> None:
+    """a run the overlap policy skips did not run: the count does not move"""
+    ids = (T, "w")
+    entry = _entry(None, None, NOW + HOUR, max_runs=3, overlap="skip")
+    batch = plan_claims([entry], NOW + HOUR, ScheduleCache(), {ids: (1, 0)}, {ids: 1})
+    assert batch.run_status == ["skipped"] and batch.counted[ids] == (1, NOW + HOUR + 1)
+    assert batch.next_ms == [NOW + 2 * HOUR]
+
+
+def test_max_runs_is_for_cron_jobs() -> None:
+    assert _spec(max_runs=10).stored_document["max_runs"] == 10
+    assert "max_runs" not in _spec().stored_document
+    assert "greater than or equal to 1" in _problems(max_runs=0)["max_runs"]
+    doc = {"id": "o", "at": "2027-02-01T00:00:00Z", "handler": "h.run", "max_runs": 1}
+    with pytest.raises(JobValidationError) as caught:
+        validate_job(T, parse_document(doc), Limits(), NOW)
+    assert [p.field for p in caught.value.problems] == ["max_runs"]
+
+
+def test_the_preview_stops_at_the_last_run_left_and_says_so() -> None:
+    """max_runs 3 with 1 done: two occurrences, the second the last run; the body's `runs`
+    says how many are done and left"""
+    spec = _spec(max_runs=3)
+    view = JobView(spec.stored_document, "active", 1, NOW + HOUR, None, None)
+    body = preview_body(view, spec, 10, NOW, runs_done=1)
+    assert [o["at"] for o in body["occurrences"]] == [format_ms(NOW + HOUR), format_ms(NOW + 2 * HOUR)]
+    assert [r["rule"] for r in body["occurrences"][-1]["reasons"]] == ["max_runs"]
+    assert body["runs"] == {"max_runs": 3, "done": 1, "left": 2}
+    done = preview_body(view, spec, 10, NOW, runs_done=3)
+    assert done["occurrences"] == [] and done["runs"]["left"] == 0
+    assert preview_body(view, _spec(), 2, NOW)["runs"] is None

@@ -41,6 +41,7 @@ def test_each_staged_value_lands_in_its_named_column() -> None:
             "end_at": "2027-03-01T00:00:00Z",
             "after_end": "delete",
             "pause_after_dead_runs": 3,
+            "max_runs": 12,
         }
     )
     limits = Limits(target_allowlist=("https://hooks.acme.test/jobs",))
@@ -80,5 +81,6 @@ def test_each_staged_value_lands_in_its_named_column() -> None:
         "end_at": 1_803_859_200_000,
         "after_end": "delete",
         "pause_after_dead_runs": 3,
+        "max_runs": 12,
     }
     assert orjson.loads(row["target"])["url"] == "https://hooks.acme.test/jobs/x"

@@ -51,6 +51,7 @@ def _row(version: int, next_ms: int | None, status: str = "active") -> dict[str,
         "start_ms": None,
         "end_ms": None,
         "after_end": None,
+        "max_runs": None,
     }
 
 

@@ -27,7 +27,7 @@ CREATE TEMP TABLE IF NOT EXISTS jobs_stage (
     overlap_policy text, dst_gap text, dst_overlap text, status text, next_run_at bigint,
     version bigint, document jsonb, intake_partition integer, intake_offset bigint,
     expected_version bigint, start_at bigint, end_at bigint, after_end text,
-    pause_after_dead_runs integer
+    pause_after_dead_runs integer, max_runs integer
 ) ON COMMIT DELETE ROWS
 
 -- jobs_write_batch --
@@ -51,7 +51,11 @@ WITH updated AS (
         intake_partition = r.intake_partition, intake_offset = r.intake_offset,
         start_at = 'epoch'::timestamptz + r.start_at * interval '1 millisecond',
         end_at = 'epoch'::timestamptz + r.end_at * interval '1 millisecond',
-        after_end = r.after_end, pause_after_dead_runs = r.pause_after_dead_runs
+        after_end = r.after_end, pause_after_dead_runs = r.pause_after_dead_runs,
+        max_runs = r.max_runs,
+        -- A deleted job registered again is a new job: its count of runs starts over.
+        runs_done = CASE WHEN j.status = 'deleted' THEN 0 ELSE j.runs_done END,
+        counted_through = CASE WHEN j.status = 'deleted' THEN now() ELSE j.counted_through END
     FROM jobs_stage r
     WHERE r.expected_version IS NOT NULL
       AND j.tenant = r.tenant AND j.job_id = r.job_id AND j.version = r.expected_version
@@ -62,7 +66,7 @@ WITH updated AS (
                       timeout_ms, misfire_policy, misfire_grace_ms, misfire_max_catchup,
                       overlap_policy, dst_gap, dst_overlap, status, next_run_at, version,
                       document, intake_partition, intake_offset, start_at, end_at, after_end,
-                      pause_after_dead_runs)
+                      pause_after_dead_runs, max_runs)
     SELECT r.tenant, r.job_id, r.shard_id, r.kind, r.schedule,
            'epoch'::timestamptz + r.run_at * interval '1 millisecond',
            r.timezone, r.handler, r.target, r.payload, r.priority, r.max_attempts,
@@ -73,7 +77,7 @@ WITH updated AS (
            r.version, r.document, r.intake_partition, r.intake_offset,
            'epoch'::timestamptz + r.start_at * interval '1 millisecond',
            'epoch'::timestamptz + r.end_at * interval '1 millisecond',
-           r.after_end, r.pause_after_dead_runs
+           r.after_end, r.pause_after_dead_runs, r.max_runs
     FROM jobs_stage r
     WHERE r.expected_version IS NULL
     ON CONFLICT (tenant, job_id) DO NOTHING
@@ -269,3 +273,12 @@ WHERE j.pause_after_dead_runs IS NOT NULL AND j.status = 'active'
              ORDER BY r.scheduled_at DESC
              LIMIT j.pause_after_dead_runs) f) = j.pause_after_dead_runs
 ORDER BY j.tenant, j.job_id
+
+-- job_runs_done --
+-- A job's counted runs (max_runs, migration 0020): what the row counted plus its scheduled runs
+-- (not skipped) since; for the preview's runs left.
+SELECT j.runs_done + (SELECT count(*) FROM job_runs r
+                      WHERE r.tenant = j.tenant AND r.job_id = j.job_id
+                        AND r.scheduled_at >= coalesce(j.counted_through, j.created_at)
+                        AND r.origin = 'schedule' AND r.status <> 'skipped') AS done
+FROM jobs j WHERE j.tenant = $1 AND j.job_id = $2

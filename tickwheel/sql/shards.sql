@@ -16,7 +16,7 @@ SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
        j.kind, j.schedule, j.timezone, j.dst_gap, j.dst_overlap, j.misfire_policy,
        j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy,
        (extract(epoch FROM j.start_at) * 1000)::bigint AS start_ms,
-       (extract(epoch FROM j.end_at) * 1000)::bigint AS end_ms, j.after_end,
+       (extract(epoch FROM j.end_at) * 1000)::bigint AS end_ms, j.after_end, j.max_runs,
        (extract(epoch FROM j.updated_at) * 1000)::bigint AS updated_at,
        j.change_xid::text AS change_xid
 FROM jobs j
@@ -85,7 +85,7 @@ SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
        j.kind, j.schedule, j.timezone, j.dst_gap, j.dst_overlap, j.misfire_policy,
        j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy,
        (extract(epoch FROM j.start_at) * 1000)::bigint AS start_ms,
-       (extract(epoch FROM j.end_at) * 1000)::bigint AS end_ms, j.after_end,
+       (extract(epoch FROM j.end_at) * 1000)::bigint AS end_ms, j.after_end, j.max_runs,
        (SELECT (extract(epoch FROM r.scheduled_at) * 1000)::bigint FROM job_runs r
         WHERE j.next_run_at <= now() AND r.tenant = j.tenant AND r.job_id = j.job_id
           AND r.scheduled_at >= j.next_run_at AND r.origin = 'schedule'
@@ -114,7 +114,7 @@ SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
        j.kind, j.schedule, j.timezone, j.dst_gap, j.dst_overlap, j.misfire_policy,
        j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy,
        (extract(epoch FROM j.start_at) * 1000)::bigint AS start_ms,
-       (extract(epoch FROM j.end_at) * 1000)::bigint AS end_ms, j.after_end
+       (extract(epoch FROM j.end_at) * 1000)::bigint AS end_ms, j.after_end, j.max_runs
 FROM jobs j
 JOIN unnest($1::text[], $2::text[]) AS k(tenant, job_id)
   ON j.tenant = k.tenant AND j.job_id = k.job_id
@@ -262,6 +262,35 @@ WHERE j.tenant = p.tenant AND j.job_id = p.job_id
   AND (p.next_ms IS NULL
        OR j.next_run_at + interval '0'
           < 'epoch'::timestamptz + p.next_ms * interval '1 millisecond')
+
+-- jobs_run_counts_read --
+-- Limited runs (migration 0020): per job with `max_runs`, its scheduled runs (not skipped)
+-- before the instant about to be claimed — what the row counted plus the runs claimed since —
+-- so the count is exact whatever a previous leader wrote or lost, and a repeated claim of an
+-- instant counts what it counted the first time.
+--   $1 tenants  $2 job ids  $3 the instants to be claimed, ms (comma-joined)
+SELECT j.tenant, j.job_id,
+       j.runs_done + (SELECT count(*) FROM job_runs r
+                      WHERE r.tenant = j.tenant AND r.job_id = j.job_id
+                        AND r.scheduled_at >= coalesce(j.counted_through, j.created_at)
+                        AND r.scheduled_at < 'epoch'::timestamptz + k.ms * interval '1 millisecond'
+                        AND r.origin = 'schedule' AND r.status <> 'skipped') AS done
+FROM unnest(string_to_array($1::text, ','), string_to_array($2::text, ','),
+            string_to_array($3::text, ',')::bigint[]) AS k(tenant, job_id, ms)
+JOIN jobs j ON j.tenant = k.tenant AND j.job_id = k.job_id
+
+-- jobs_run_counts_write --
+-- What a leader counted (shards/positions.py `counted`): the job's counted runs scheduled before
+-- `counted_through`; forward only, so a late write never moves the count back.
+--   $1 tenants  $2 job ids  $3 runs done  $4 counted through, ms (comma-joined)
+UPDATE jobs j SET runs_done = c.done,
+                  counted_through = 'epoch'::timestamptz + c.through * interval '1 millisecond'
+FROM unnest(string_to_array($1::text, ','), string_to_array($2::text, ','),
+            string_to_array($3::text, ',')::bigint[], string_to_array($4::text, ',')::bigint[])
+     AS c(tenant, job_id, done, through)
+WHERE j.tenant = c.tenant AND j.job_id = c.job_id
+  AND coalesce(j.counted_through, j.created_at)
+      < 'epoch'::timestamptz + c.through * interval '1 millisecond'
 
 -- jobs_end_delete --
 -- Jobs whose active window's last occurrence was claimed and whose `after_end` is 'delete'

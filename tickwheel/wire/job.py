@@ -34,6 +34,7 @@ __all__ = [
     "HANDLER_PATTERN",
     "JOB_ID_PATTERN",
     "MAX_ATTEMPTS_LIMIT",
+    "MAX_RUNS_LIMIT",
     "PAUSE_AFTER_DEAD_RUNS_MAX",
     "TIMEOUT_LIMIT_MS",
     "VERSION_MAX",
@@ -66,6 +67,7 @@ BACKOFF_LIMIT_MS = 7 * 24 * 3600 * 1000  # one week
 # than 9 * 10^18 bumps after it, so no job's version can ever overflow.
 VERSION_MIN = 1
 PAUSE_AFTER_DEAD_RUNS_MAX = 100
+MAX_RUNS_LIMIT = 1_000_000_000
 VERSION_MAX = 2**53 - 1
 
 # The document's closed vocabularies, as literals of the domain's enums (see literal_of).
@@ -203,6 +205,14 @@ class JobDocument(StrictModel):
         exclude_if=lambda v: v is None,
         description="HTTP targets: the Idempotency-Key each call sends, from {tenant}, {job}, "
         "{scheduled} and {scheduled:FORMAT} (strftime, in the job's zone); absent: the run key",
+    )
+    max_runs: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_RUNS_LIMIT,
+        exclude_if=lambda v: v is None,
+        description="cron jobs: the job completes after this many scheduled runs (skipped "
+        "occurrences, triggers, backfills and replays are not counted); absent: no limit",
     )
     pause_after_dead_runs: int | None = Field(
         None,

@@ -157,7 +157,7 @@ class PreviewReason(BaseModel):
     rule: str = Field(
         ...,
         description="the rule as the job document names it: 'dst.gap shift', 'dst.gap skip', "
-        "'dst.overlap first|last|both', 'interval', 'H', 'start_at', 'end_at'",
+        "'dst.overlap first|last|both', 'interval', 'H', 'start_at', 'end_at', 'max_runs'",
     )
     text: str = Field(..., description="one sentence for people")
 
@@ -204,6 +204,12 @@ class PreviewWindow(BaseModel):
     )
 
 
+class PreviewRuns(BaseModel):
+    max_runs: int = Field(..., description="the job's max_runs")
+    done: int = Field(..., description="its scheduled runs so far (skipped ones not counted)")
+    left: int = Field(..., description="runs left before the job completes")
+
+
 class JobPreview(BaseModel):
     """The next occurrences of a job, each with why it is there (`GET /v1/jobs/{id}/preview`)."""
 
@@ -226,4 +232,7 @@ class JobPreview(BaseModel):
     )
     window: PreviewWindow | None = Field(
         ..., description="the job's active window (null: none; cron jobs only)"
+    )
+    runs: PreviewRuns | None = Field(
+        ..., description="the job's limited runs (null: no max_runs); occurrences stop at the last"
     )

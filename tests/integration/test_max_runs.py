@@ -1,0 +1,106 @@
+"""Limited runs on the real stack (issue 50, migration 0020): a job with `max_runs` N completes
+after N scheduled runs, also when a leader that claimed some of them went before it wrote its
+count; a job raised to more runs goes on; a deleted job registered again counts from zero.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from tickwheel.clock import now_ms
+from tickwheel.schedule import ScheduleCache
+from tickwheel.sharding import shard_of
+from tickwheel.shards import store
+from tickwheel.shards.plan import plan_claims
+
+from .conftest import TEST_SHARDS, SchedEnv, running_scheduler, wait_for
+
+pytestmark = pytest.mark.integration
+
+EVERY_SECOND = {"schedule": "* * * * * *", "handler": "demo.echo"}
+
+
+async def _status(sched: SchedEnv, job_id: str) -> str:
+    (row,) = await sched.fetch(
+        "SELECT status FROM jobs WHERE tenant = $1 AND job_id = $2", sched.tenant, job_id
+    )
+    return str(row["status"])
+
+
+async def _counted(sched: SchedEnv, job_id: str) -> list[int]:
+    """The job's scheduled runs that count (not skipped), as instants."""
+    return [r["ms"] for r in await sched.runs(job_id) if r["status"] != "skipped"]
+
+
+async def _completed(sched: SchedEnv, job_id: str) -> None:
+    async def done() -> bool:
+        return await _status(sched, job_id) == "completed"
+
+    await wait_for(done, 30, what=f"{job_id} completed")
+
+
+async def test_a_job_completes_after_max_runs_and_more_runs_resume_it(sched: SchedEnv) -> None:
+    """an every-second job with max_runs 3 runs exactly three times, one a second, and
+    completes; raised to 5 it runs twice more and completes again"""
+    await sched.register({"id": "three", **EVERY_SECOND, "max_runs": 3})
+    async with running_scheduler(sched, "a"):
+        await _completed(sched, "three")
+        first = await _counted(sched, "three")
+        assert len(first) == 3 and first == sorted(first)
+        assert [b - a for a, b in zip(first, first[1:], strict=False)] == [1000, 1000]
+        await sched.register({"id": "three", **EVERY_SECOND, "max_runs": 5})
+        await wait_for(
+            lambda: _counted_len(sched, "three", 5), 30, what="two more runs after the raise"
+        )
+        await _completed(sched, "three")
+    assert len(await _counted(sched, "three")) == 5
+
+
+async def _counted_len(sched: SchedEnv, job_id: str, n: int) -> bool:
+    return len(await _counted(sched, job_id)) >= n
+
+
+async def test_a_leader_after_one_that_claimed_without_writing_its_count_stops_at_n(
+    sched: SchedEnv,
+) -> None:
+    """a predecessor claimed two of three runs and went before it wrote the count or the
+    position: the next leader derives the two from the runs, claims one more, completes it"""
+    await sched.register({"id": "limited", **EVERY_SECOND, "max_runs": 3})
+    conn = await asyncpg.connect(sched.dsn)
+    try:
+        shard = shard_of(sched.tenant, "limited", TEST_SHARDS)
+        lease = await store.take_over(conn, shard, "gone")
+        loaded, _ = await store.horizon(conn, shard, now_ms() + 60_000)
+        ((entry, _),) = [(e, c) for e, c in loaded if e.key.endswith("/limited")]
+        cache = ScheduleCache()
+        for at in (entry.next_ms, entry.next_ms + 1000):
+            await conn.execute(
+                "SELECT pg_sleep(greatest(0, ($1::bigint - $2::bigint) / 1000.0))", at, now_ms()
+            )
+            entry.next_ms = at
+            done = await store.run_counts(conn, [entry])
+            batch = plan_claims([entry], at, cache, None, done)
+            assert (await store.claim(conn, lease, 30_000, batch)).runs
+    finally:
+        await conn.close()
+    (row,) = await sched.fetch(
+        "SELECT runs_done, counted_through FROM jobs WHERE tenant = $1 AND job_id = 'limited'",
+        sched.tenant,
+    )
+    assert (row["runs_done"], row["counted_through"]) == (0, None)  # nothing written
+    async with running_scheduler(sched, "b"):
+        await _completed(sched, "limited")
+    assert len(await _counted(sched, "limited")) == 3
+
+
+async def test_a_deleted_job_registered_again_counts_from_zero(sched: SchedEnv) -> None:
+    """max_runs 2, run to completion, deleted, registered again: two more runs"""
+    await sched.register({"id": "again", **EVERY_SECOND, "max_runs": 2})
+    async with running_scheduler(sched, "a"):
+        await _completed(sched, "again")
+        await sched.op("delete", "again")
+        await sched.register({"id": "again", **EVERY_SECOND, "max_runs": 2})
+        await wait_for(lambda: _counted_len(sched, "again", 4), 30, what="two runs after re-creation")
+        await _completed(sched, "again")
+    assert len(await _counted(sched, "again")) == 4
