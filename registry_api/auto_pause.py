@@ -45,9 +45,7 @@ def note_reason(n: int, last_dead_key: str) -> str:
 class AutoPause:
     """The part that pauses jobs on failure; `paused` counts per tenant (a metric's source)."""
 
-    def __init__(
-        self, store: RegistryStore, on_pause: Callable[[str], None] | None = None
-    ) -> None:
+    def __init__(self, store: RegistryStore, on_pause: Callable[[str], None] | None = None) -> None:
         self.store = store
         self.on_pause = on_pause
         self._since_ms: int | None = None

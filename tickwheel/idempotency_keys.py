@@ -98,14 +98,13 @@ def _placeholder(inside: str) -> Part:
         raise TemplateError(f"{{{name}}} takes no format; only {{scheduled:FORMAT}} does")
     if not fmt:
         raise TemplateError("{scheduled:} has an empty format")
-    for j, c in enumerate(fmt):
-        if c == "%":
-            if j + 1 >= len(fmt) or fmt[j + 1] not in DIRECTIVES:
-                raise TemplateError(
-                    f"{{scheduled:{fmt}}} uses a strftime field other than "
-                    + " ".join(f"%{d}" for d in sorted(DIRECTIVES))
-                )
-    if re.search(r"%%|%[^%]", fmt) is None:
+    fields = re.findall(r"%(.?)", fmt)  # each `%` and the character after it, left to right
+    if any(d == "" or d not in DIRECTIVES for d in fields):
+        raise TemplateError(
+            f"{{scheduled:{fmt}}} uses a strftime field other than "
+            + " ".join(f"%{d}" for d in sorted(DIRECTIVES))
+        )
+    if not any(d != "%" for d in fields):
         raise TemplateError(f"{{scheduled:{fmt}}} has no strftime field")
     return Part(inside, name, fmt)
 

@@ -218,15 +218,15 @@ class HttpTargets:
         if limit is not None:
             rate, burst = _limit_of(limit)
             await self.gate.share(run_key.rpartition("@")[0], rate, burst)
-        key = run_key
+        idempotency_key = run_key
         rule = target.get("idempotency_key")
         if rule is not None:
-            key = _templated_key(rule, run_key)
+            idempotency_key = _templated_key(rule, run_key)
         body: bytes | None = orjson.dumps(payload)
         origin = url
         for _hop in range(MAX_REDIRECTS + 1):
             headers = extra if same_origin(origin, url) else {}
-            response = await self._send(url, method, headers, body, key)
+            response = await self._send(url, method, headers, body, idempotency_key)
             status = response.status_code
             if status in REDIRECT_STATUSES and "location" in response.headers:
                 url = urljoin(url, response.headers["location"])
@@ -242,7 +242,12 @@ class HttpTargets:
         raise PermanentError(f"target redirected more than {MAX_REDIRECTS} times")
 
     async def _send(
-        self, url: str, method: str, extra: dict[str, Any], body: bytes | None, key: str
+        self,
+        url: str,
+        method: str,
+        extra: dict[str, Any],
+        body: bytes | None,
+        idempotency_key: str,
     ) -> httpx.Response:
         entry = allowlist_entry(url, self.policy.allowlist)
         if entry is None:
@@ -255,7 +260,7 @@ class HttpTargets:
         address = await self._checked_address(host, port, entry)
         key = await self.gate.slot(host, port)
         headers = {str(k): str(v) for k, v in extra.items()}
-        headers["Idempotency-Key"] = key
+        headers["Idempotency-Key"] = idempotency_key
         headers["Host"] = parts.netloc.rpartition("@")[2]
         if body is not None:
             headers.setdefault("Content-Type", "application/json")

@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import orjson
 import pytest
 
 from tickwheel.registry_api.cursors import encode_cursor
@@ -233,6 +234,32 @@ async def test_target_in_the_allowlist_is_accepted(make_api: MakeApi) -> None:
             "/v1/jobs", json=cron_job("hook2", handler=None, target=elsewhere)
         )
         assert "allowlist" in field_errors(refused)["target.url"]
+
+
+async def test_an_idempotency_key_template_reaches_the_runs_target(make_api: MakeApi) -> None:
+    """the document keeps the template as written; the job's row gives runs the rule with the
+    job's zone (what workers render the key from); a bad template is a 422 naming the field"""
+    api = await make_api(
+        Limits(payload_limit_bytes=PAYLOAD_LIMIT, shards=SHARDS, target_allowlist=(ALLOWED_TARGET,))
+    )
+    tenant, client = await api.tenant()
+    async with client:
+        job = cron_job("weekly", handler=None, target={"url": ALLOWED_TARGET + "report"},
+                       timezone="Asia/Tokyo",
+                       idempotency_key_template="report-{scheduled:%G-W%V}")  # fmt: skip
+        ok = await client.post("/v1/jobs", json=job)
+        assert ok.status_code == 201, ok.text
+        assert ok.json()["idempotency_key_template"] == "report-{scheduled:%G-W%V}"
+        stored = await api.pool.fetchval(
+            "SELECT target FROM jobs WHERE tenant = $1 AND job_id = 'weekly'", tenant
+        )
+        assert orjson.loads(stored)["idempotency_key"] == {
+            "template": "report-{scheduled:%G-W%V}",
+            "timezone": "Asia/Tokyo",
+        }
+        bad_job = {**job, "id": "bad", "idempotency_key_template": "r-{week}"}
+        bad = await client.post("/v1/jobs", json=bad_job)
+        assert "unknown placeholder" in field_errors(bad)["idempotency_key_template"]
 
 
 # --- validation ---------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ count; a job raised to more runs goes on; a deleted job registered again counts 
 
 from __future__ import annotations
 
+import itertools
+
 import asyncpg
 import pytest
 
@@ -48,7 +50,7 @@ async def test_a_job_completes_after_max_runs_and_more_runs_resume_it(sched: Sch
         await _completed(sched, "three")
         first = await _counted(sched, "three")
         assert len(first) == 3 and first == sorted(first)
-        assert [b - a for a, b in zip(first, first[1:], strict=False)] == [1000, 1000]
+        assert [b - a for a, b in itertools.pairwise(first)] == [1000, 1000]
         await sched.register({"id": "three", **EVERY_SECOND, "max_runs": 5})
         await wait_for(
             lambda: _counted_len(sched, "three", 5), 30, what="two more runs after the raise"
@@ -101,6 +103,8 @@ async def test_a_deleted_job_registered_again_counts_from_zero(sched: SchedEnv) 
         await _completed(sched, "again")
         await sched.op("delete", "again")
         await sched.register({"id": "again", **EVERY_SECOND, "max_runs": 2})
-        await wait_for(lambda: _counted_len(sched, "again", 4), 30, what="two runs after re-creation")
+        await wait_for(
+            lambda: _counted_len(sched, "again", 4), 30, what="two runs after re-creation"
+        )
         await _completed(sched, "again")
     assert len(await _counted(sched, "again")) == 4

@@ -41,7 +41,7 @@ def _job(job_id: str, n: int, **fields: Any) -> dict[str, Any]:
 
 
 async def _finish(sched: SchedEnv, job_id: str, *outcomes: str) -> list[int]:
-    """Runs of the job that finished with `outcomes`, oldest first, a second apart after its
+    """Runs of the job that finished with `outcomes`, oldest first, a millisecond apart after its
     latest run and its last change (as a worker leaves them: finished now, attempt 1)."""
     (row,) = await sched.fetch(
         "SELECT greatest((extract(epoch FROM j.updated_at) * 1000)::bigint,"
@@ -51,7 +51,7 @@ async def _finish(sched: SchedEnv, job_id: str, *outcomes: str) -> list[int]:
         sched.tenant,
         job_id,
     )
-    instants = [row["ms"] + 1000 * (i + 1) for i in range(len(outcomes))]
+    instants = [row["ms"] + i + 1 for i in range(len(outcomes))]
     conn = await asyncpg.connect(sched.dsn)
     try:
         for ms, status in zip(instants, outcomes, strict=True):

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import asyncpg
 import httpx
@@ -900,6 +901,29 @@ async def test_http_target_outcomes_and_redirect_refusal(
     assert ("/ok", specs[0].envelope(tenant).run_key) in keys
     assert sum(1 for _, path, _ in target_server.requests if path == "/flaky") == 2
     assert "/elsewhere" not in {path for _, path, _ in target_server.requests}
+
+
+async def test_http_target_sends_the_key_its_jobs_template_makes(
+    stack: Addresses, db_dsn: str, topics: Topics, tenant: str, target_server: TargetServer
+) -> None:
+    """a job's idempotency_key_template (the rule the registry puts in the run's target, with
+    the job's zone) is the Idempotency-Key the target receives, on every attempt"""
+    rule = {"template": "{tenant}-{job}-{scheduled:%G-W%V}", "timezone": "Europe/Berlin"}
+    spec = RunSpec("weekly", handler=None, target={**target(target_server, "/flaky"),
+                                                   "idempotency_key": rule})  # fmt: skip
+    await create_runs(db_dsn, tenant, [spec])
+    settings = worker_settings(
+        stack, db_dsn, topics, target_allowlist=[f"http://127.0.0.1:{target_server.port}/"]
+    )
+    publish(stack.kafka, topics, tenant, [spec])
+    async with running_worker(settings):
+        await wait_for(lambda: statuses_are(db_dsn, tenant, "retrying", 1), 30, "retrying")
+        again = await redispatch(db_dsn, tenant, spec)
+        publish(stack.kafka, topics, tenant, [again])
+        await wait_for(lambda: statuses_are(db_dsn, tenant, "succeeded", 1), 30, "succeeded")
+    week = dt.datetime.fromtimestamp(BASE_MS / 1000, ZoneInfo("Europe/Berlin")).strftime("%G-W%V")
+    keys = [key for _, path, key in target_server.requests if path == "/flaky"]
+    assert keys == [f"{tenant}-weekly-{week}"] * 2
 
 
 async def test_http_target_rate_limit_holds_under_a_burst(

@@ -49,8 +49,13 @@ def _problems(**fields: Any) -> dict[str, str]:
 
 
 def _entry(  # type: ignore[no-untyped-def]
-    start_ms: int | None, end_ms: int | None, next_ms: int, after_end: str | None = None,
-    max_runs: int | None = None, misfire: str = "run_once", overlap: str = "allow",
+    start_ms: int | None,
+    end_ms: int | None,
+    next_ms: int,
+    after_end: str | None = None,
+    max_runs: int | None = None,
+    misfire: str = "run_once",
+    overlap: str = "allow",
 ):
     return JobEntry.of(
         tenant=T, job_id="w", version=1, next_ms=next_ms, kind="cron", schedule="0 * * * *",
@@ -275,11 +280,24 @@ def test_max_runs_caps_a_claim_and_completes_the_job_on_its_last_run() -> None:
     ids = (T, "w")
     entry = _entry(None, None, NOW + HOUR, max_runs=3)
     on = plan_claims([entry], NOW + HOUR, ScheduleCache(), done={ids: 1})
-    assert (on.run_ms, on.next_ms, on.counted[ids]) == ([NOW + HOUR], [NOW + 2 * HOUR], (2, NOW + HOUR + 1))
+    assert (on.run_ms, on.next_ms, on.counted[ids]) == (
+        [NOW + HOUR],
+        [NOW + 2 * HOUR],
+        (2, NOW + HOUR + 1),
+    )
     last = plan_claims([entry], NOW + HOUR, ScheduleCache(), done={ids: 2})
-    assert (last.run_ms, last.next_ms, last.counted[ids]) == ([NOW + HOUR], [None], (3, NOW + HOUR + 1))
+    assert (last.run_ms, last.next_ms, last.counted[ids]) == (
+        [NOW + HOUR],
+        [None],
+        (3, NOW + HOUR + 1),
+    )
     over = plan_claims([entry], NOW + HOUR, ScheduleCache(), done={ids: 3})
-    assert (over.run_ms, over.next_ms, over.complete) == ([], [None], [True])
+    # (a job reactivated by an edit after its last run: the occurrence is recorded, not run)
+    assert (over.run_status, over.run_reason) == (
+        ["skipped"],
+        ["max_runs: the job's 3 runs are done"],
+    )
+    assert (over.next_ms, over.complete, over.counted[ids][0]) == ([None], [True], 3)
     plain = plan_claims([_entry(None, None, NOW + HOUR)], NOW + HOUR, ScheduleCache())
     assert plain.counted == {} and plain.next_ms == [NOW + 2 * HOUR]
 
@@ -292,7 +310,8 @@ def test_a_catch_up_past_max_runs_records_the_rest_skipped() -> None:
     batch = plan_claims([entry], NOW + 5 * HOUR + 1000, ScheduleCache(), done={ids: 2})
     rows = list(zip(batch.run_ms, batch.run_status, batch.run_reason, strict=True))
     assert [(ms, st) for ms, st, _ in rows if st == "pending"] == [
-        (NOW + HOUR, "pending"), (NOW + 2 * HOUR, "pending")
+        (NOW + HOUR, "pending"),
+        (NOW + 2 * HOUR, "pending"),
     ]
     skipped = [(ms, reason) for ms, st, reason in rows if st == "skipped"]
     assert [ms for ms, _ in skipped] == [NOW + 3 * HOUR, NOW + 4 * HOUR, NOW + 5 * HOUR]
@@ -325,7 +344,10 @@ def test_the_preview_stops_at_the_last_run_left_and_says_so() -> None:
     spec = _spec(max_runs=3)
     view = JobView(spec.stored_document, "active", 1, NOW + HOUR, None, None)
     body = preview_body(view, spec, 10, NOW, runs_done=1)
-    assert [o["at"] for o in body["occurrences"]] == [format_ms(NOW + HOUR), format_ms(NOW + 2 * HOUR)]
+    assert [o["at"] for o in body["occurrences"]] == [
+        format_ms(NOW + HOUR),
+        format_ms(NOW + 2 * HOUR),
+    ]
     assert [r["rule"] for r in body["occurrences"][-1]["reasons"]] == ["max_runs"]
     assert body["runs"] == {"max_runs": 3, "done": 1, "left": 2}
     done = preview_body(view, spec, 10, NOW, runs_done=3)

@@ -86,21 +86,24 @@ LIMITS = Limits(target_allowlist=("https://hooks.acme.test/jobs",))
 def test_the_registry_stores_the_template_and_puts_its_rule_in_the_runs_target() -> None:
     """the document keeps the template as written; the target runs carry adds the rule with
     the job's zone (a job without a template keeps its target as it was)"""
-    spec = validate_job("acme", parse_document(_doc(idempotency_key_template="r-{scheduled:%G-W%V}")), LIMITS, NOW)  # fmt: skip
+    doc = parse_document(_doc(idempotency_key_template="r-{scheduled:%G-W%V}"))
+    spec = validate_job("acme", doc, LIMITS, NOW)
     assert spec.stored_document["idempotency_key_template"] == "r-{scheduled:%G-W%V}"
     target = run_target(spec.document)
     assert target is not None
-    assert target["idempotency_key"] == {"template": "r-{scheduled:%G-W%V}", "timezone": "Europe/Berlin"}  # fmt: skip
-    plain = run_target(validate_job("acme", parse_document(_doc()), LIMITS, NOW).document)
-    assert plain is not None and "idempotency_key" not in plain
-    assert "idempotency_key_template" not in validate_job("acme", parse_document(_doc()), LIMITS, NOW).stored_document  # fmt: skip
+    rule = {"template": "r-{scheduled:%G-W%V}", "timezone": "Europe/Berlin"}
+    assert target["idempotency_key"] == rule
+    plain = validate_job("acme", parse_document(_doc()), LIMITS, NOW)
+    plain_target = run_target(plain.document)
+    assert plain_target is not None and "idempotency_key" not in plain_target
+    assert "idempotency_key_template" not in plain.stored_document
 
 
 @pytest.mark.parametrize(
     ("fields", "words"),
     [
         ({"idempotency_key_template": "r-{week}"}, "unknown placeholder {week}"),
-        ({"idempotency_key_template": "r-" + "x" * 150 + "{job}{job}"}, "at most 255"),
+        ({"idempotency_key_template": "x" * 95 + "{scheduled}" * 9}, "at most 255"),
         (
             {"idempotency_key_template": "r-{job}", "target": None, "handler": "h.run"},
             "applies to an HTTP target only",

@@ -376,10 +376,12 @@ async def test_a_rule_that_cannot_make_a_key_fails_the_run_permanently() -> None
     """only a hand-written row gets here (the registry checks templates): no retry helps, and
     nothing is sent"""
     targets, seen = _targets(lambda _r: httpx.Response(204))
-    with pytest.raises(PermanentError, match="unknown placeholder"):
-        await targets.call({**TARGET, "idempotency_key": {"template": "{nope}", "timezone": "UTC"}}, {}, "acme/inv@1")  # fmt: skip
-    with pytest.raises(PermanentError, match="timezone"):
-        await targets.call({**TARGET, "idempotency_key": {"template": "{job}"}}, {}, "acme/inv@1")
-    with pytest.raises(PermanentError, match="idempotency_key"):
-        await targets.call({**TARGET, "idempotency_key": {"template": "{job}", "timezone": "Mars/Base"}}, {}, "acme/inv@1")  # fmt: skip
+    bad_rules: list[tuple[dict[str, Any], str]] = [
+        ({"template": "{nope}", "timezone": "UTC"}, "unknown placeholder"),
+        ({"template": "{job}"}, "timezone"),
+        ({"template": "{job}", "timezone": "Mars/Base"}, "idempotency_key"),
+    ]
+    for rule, words in bad_rules:
+        with pytest.raises(PermanentError, match=words):
+            await targets.call({**TARGET, "idempotency_key": rule}, {}, "acme/inv@1")
     assert seen == []

@@ -39,8 +39,8 @@ from tickwheel.wire.job import (
     VERSION_MIN,
     JobDocument,
     PriorityValue,
-    StrictModel,
     RunTarget,
+    StrictModel,
 )
 from tickwheel.wire.responses import OriginValue
 
