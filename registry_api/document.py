@@ -292,10 +292,10 @@ def _free_text_problems(doc: JobDocument) -> list[FieldProblem]:
         ("schedule", doc.schedule),
         ("at", doc.at),
         ("timezone", doc.timezone),
-        ("start_at", doc.start_at),
-        ("end_at", doc.end_at),
-        ("idempotency_key_template", doc.idempotency_key_template),
     ]
+    for name in ("start_at", "end_at", "idempotency_key_template"):
+        if (text := getattr(doc, name)) is not None:
+            texts.append((name, text))
     if doc.target is not None:
         texts.append(("target.url", doc.target.url))
         for name, value in doc.target.headers.items():
@@ -412,7 +412,16 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
 
 
 def _window(doc: JobDocument) -> tuple[tuple[int | None, int | None], list[FieldProblem]]:
-    """The active window's (start, end) in UTC ms, and what is wrong with it."""
+    """The active window's (start, end) in UTC ms, and what is wrong with it (and with the
+    other cron-only fields on a one-off)."""
+    if (
+        doc.start_at is None
+        and doc.end_at is None
+        and doc.after_end is None
+        and doc.pause_after_dead_runs is None
+        and doc.max_runs is None
+    ):
+        return (None, None), []  # most jobs: nothing to check
     problems: list[FieldProblem] = []
     bounds: list[int | None] = []
     for name in ("start_at", "end_at"):
