@@ -52,6 +52,7 @@ from tickwheel.registry_api.auth import KEY_CACHE_TTL_S
 from tickwheel.registry_api.document import (
     JobValidationError,
     Limits,
+    check_pause_note,
     check_version,
     parse_document,
     validate_job,
@@ -314,7 +315,10 @@ class Admission:
         if reg.op == RegistrationOp.BACKFILL:
             window = backfill_window({"from": reg.window_from, "to": reg.window_to})
             return Op(reg.op, reg.tenant, reg.id, source=source, request=window)
-        return Op(reg.op, reg.tenant, reg.id, version=reg.version, source=source)
+        note = None
+        if reg.note is not None:  # a pause's why; who is the tenant, over Kafka
+            note = (f"{reg.tenant} (Kafka registration)", check_pause_note(reg.note, "note"))
+        return Op(reg.op, reg.tenant, reg.id, version=reg.version, source=source, note=note)
 
     async def _known_tenants(self, names: set[str]) -> set[str]:
         """Tenants that exist, from a process-lifetime cache of positive answers (tenants are

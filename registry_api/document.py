@@ -61,6 +61,7 @@ __all__ = [
     "JOB_ID_PATTERN",
     "JSON_MAX_DEPTH",
     "MAX_ATTEMPTS_LIMIT",
+    "PAUSE_NOTE_MAX_CHARS",
     "TIMEOUT_LIMIT_MS",
     "VERSION_MAX",
     "VERSION_MIN",
@@ -78,6 +79,7 @@ __all__ = [
     "OverlapValue",
     "PriorityValue",
     "Target",
+    "check_pause_note",
     "check_version",
     "parse_document",
     "spec_from_stored",
@@ -493,6 +495,23 @@ def run_target(doc: JobDocument) -> dict[str, Any] | None:
             "timezone": doc.timezone,
         }
     return target
+
+
+PAUSE_NOTE_MAX_CHARS = 500  # as migration 0016 bounds a pause note's reason
+
+
+def check_pause_note(note: Any, field: str = "note") -> str:
+    """A pause's note (why), or JobValidationError naming `field`: text of 1 to 500
+    characters that the store can write (no NUL, no lone surrogate; lines are fine)."""
+    if not isinstance(note, str):
+        raise JobValidationError([FieldProblem(field, "must be a string")])
+    if not 1 <= len(note) <= PAUSE_NOTE_MAX_CHARS:
+        raise JobValidationError(
+            [FieldProblem(field, f"must be 1 to {PAUSE_NOTE_MAX_CHARS} characters")]
+        )
+    if (message := _string_problem(note)) is not None:
+        raise JobValidationError([FieldProblem(field, message)])
+    return note
 
 
 def spec_from_stored(tenant: str, document: dict[str, Any], shards: int) -> JobSpec:

@@ -59,6 +59,15 @@ def job_body(view: JobView) -> dict[str, Any]:
             "version": view.version,
             "created_at": iso_dt(view.created_at),
             "updated_at": iso_dt(view.updated_at),
+            "pause_note": (
+                None
+                if view.pause_note is None
+                else {
+                    "by": view.pause_note[0],
+                    "why": view.pause_note[1],
+                    "at": iso_dt(view.pause_note[2]),
+                }
+            ),
         }
     )
     return body

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Body, Header, Query
+from fastapi import APIRouter, Body, Header, Query, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
+from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from tickwheel.domain import RegistrationOp, run_key
@@ -26,10 +27,12 @@ from tickwheel.registry_api.cursors import (
     runs_cursor,
 )
 from tickwheel.registry_api.document import (
+    PAUSE_NOTE_MAX_CHARS,
     FieldProblem,
     JobDocument,
     JobValidationError,
     PriorityValue,
+    check_pause_note,
     parse_document,
     spec_from_stored,
     storable_problems,
@@ -80,6 +83,7 @@ from tickwheel.registry_api.render import job_body, parts_body, preview_body, ru
 from tickwheel.registry_api.rows import JobView
 from tickwheel.registry_api.state import Op, Outcome
 from tickwheel.registry_api.store import Applied
+from tickwheel.signatures import PREFIX_CHARS
 
 PREVIEW_COUNT_DEFAULT = 5
 PREVIEW_COUNT_MAX = 100  # occurrences one preview explains at most
@@ -278,10 +282,26 @@ async def delete_job(job_id: JobIdPath, tenant: Tenant, ctx: Ctx) -> Response:
     return Response(status_code=204)
 
 
+class PauseBody(BaseModel):
+    """What a pause may carry."""
+
+    note: str | None = Field(
+        None,
+        min_length=1,
+        max_length=PAUSE_NOTE_MAX_CHARS,
+        description="why: shown beside the paused job (jobs show, the API, the status page) "
+        "until it is resumed; who is the tenant and its API key's prefix",
+    )
+
+
 async def _pause_or_resume(
-    ctx: Registry, kind: RegistrationOp, job_id: str, tenant: str
+    ctx: Registry,
+    kind: RegistrationOp,
+    job_id: str,
+    tenant: str,
+    note: tuple[str, str] | None = None,
 ) -> Response:
-    outcome = await _apply_one(ctx, Op(kind, tenant, job_id))
+    outcome = await _apply_one(ctx, Op(kind, tenant, job_id, note=note))
     if outcome is Outcome.NOT_FOUND:
         raise not_found(job_id)
     if outcome is Outcome.CONFLICT:
@@ -293,11 +313,41 @@ async def _pause_or_resume(
     "/v1/jobs/{job_id}/pause",
     response_model=Job,
     tags=["jobs"],
-    summary="Pause a job (idempotent)",
+    summary="Pause a job (idempotent), with a note of why if given",
     responses=responses(401, 404, 409, 422, 429, 503),
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "content": {"application/json": {"schema": PauseBody.model_json_schema()}},
+        }
+    },
 )
-async def pause_job(job_id: JobIdPath, tenant: Tenant, ctx: Ctx) -> Response:
-    return await _pause_or_resume(ctx, RegistrationOp.PAUSE, job_id, tenant)
+async def pause_job(
+    request: Request,
+    job_id: JobIdPath,
+    tenant: Tenant,
+    ctx: Ctx,
+    body: Annotated[Any, Body(include_in_schema=False)] = None,
+) -> Response:
+    note = None
+    if body is not None:
+        if not isinstance(body, dict) or set(body) - {"note"}:
+            return invalid(
+                "invalid_request", [FieldProblem("", 'the body is {"note": "why"} or nothing')]
+            )
+        if body.get("note") is not None:
+            try:
+                why = check_pause_note(body["note"])
+            except JobValidationError as exc:
+                return invalid("invalid_request", exc.problems)
+            note = (_note_author(request, tenant), why)
+    return await _pause_or_resume(ctx, RegistrationOp.PAUSE, job_id, tenant, note)
+
+
+def _note_author(request: Request, tenant: str) -> str:
+    """Who paused: the tenant and the prefix its API key is known by."""
+    token = request.headers.get("authorization", "").partition(" ")[2].strip()
+    return f"{tenant} (API key {token[:PREFIX_CHARS]}…)" if token else tenant
 
 
 @jobs.post(

@@ -35,6 +35,8 @@ class JobView:
     next_run_at: int | None  # ms
     created_at: dt.datetime
     updated_at: dt.datetime
+    # (who, why, when) of the pause the job is at, when it was paused with a note
+    pause_note: tuple[str, str, dt.datetime] | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ def row_tuple(job: StoredJob, spec: JobSpec, expected_version: int | None) -> tu
 
 def job_view(row: asyncpg.Record) -> JobView:
     """A job row (`job_get`, `jobs_list`)."""
+    by = row["paused_by"]
     return JobView(
         orjson.loads(row["document"]),
         row["status"],
@@ -143,6 +146,7 @@ def job_view(row: asyncpg.Record) -> JobView:
         row["next_run_at"],
         row["created_at"],
         row["updated_at"],
+        None if by is None else (by, row["pause_reason"], row["paused_at"]),
     )
 
 

@@ -79,6 +79,7 @@ class Op:
     version: int | None = None
     source: tuple[int, int] | None = None  # (partition, offset) of a Kafka registration
     request: TriggerRequest | BackfillRequest | None = None  # trigger | backfill
+    note: tuple[str, str] | None = None  # pause: (who, why), kept beside the paused version
 
     @property
     def key(self) -> tuple[str, str]:

@@ -323,6 +323,7 @@ class RegistryStore:
                     [u[1] for u in usage],
                     [u[2] for u in usage],
                 )
+            await self._write_notes(conn, results)
             if within is not None:
                 await within(conn, results)
             if dry_run:
@@ -368,6 +369,24 @@ class RegistryStore:
         return Applied(op, applied.outcome, job, started=started)
 
     # reads ------------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _write_notes(conn: db.Conn, results: Sequence[Applied]) -> None:
+        """The notes pauses carry (a tenant's HTTP or Kafka pause): beside the version the job
+        is paused at, when the pause changed it or found it paused already."""
+        for applied in results:
+            note, job = applied.op.note, applied.job
+            if note is None or job is None or job.status != JobStatus.PAUSED:
+                continue
+            if applied.outcome in (Outcome.PAUSED, Outcome.UNCHANGED):
+                await conn.execute(
+                    QUERIES["job_pause_note_write"],
+                    job.tenant,
+                    job.job_id,
+                    job.version,
+                    note[0],
+                    note[1],
+                )
 
     async def runs_done(self, tenant: str, job_id: str) -> int:
         """A job's counted runs so far (max_runs): its scheduled runs that were not skipped."""

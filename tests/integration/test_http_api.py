@@ -262,6 +262,31 @@ async def test_an_idempotency_key_template_reaches_the_runs_target(make_api: Mak
         assert "unknown placeholder" in field_errors(bad)["idempotency_key_template"]
 
 
+async def test_a_pause_with_a_note_shows_who_and_why_until_the_resume(
+    client: httpx.AsyncClient,
+) -> None:
+    """POST …/pause {"note"}: the job shows the note (by the tenant and its key's prefix) on
+    GET and in the list; a pause without a body still pauses; a resume drops the note; a note
+    too long, of another type, or beside another field is a 422 and pauses nothing"""
+    assert (await client.post("/v1/jobs", json=cron_job("noted"))).status_code == 201
+    for body in ({"note": "x" * 501}, {"note": 5}, {"note": "ok", "colour": "red"}, ["note"]):
+        refused = await client.post("/v1/jobs/noted/pause", json=body)
+        assert refused.status_code == 422, (body, refused.text)
+    assert (await client.get("/v1/jobs/noted")).json()["status"] == "active"
+    paused = await client.post("/v1/jobs/noted/pause", json={"note": "billing freeze"})
+    assert paused.status_code == 200, paused.text
+    note = paused.json()["pause_note"]
+    key = client.headers["Authorization"].removeprefix("Bearer ")
+    assert note["why"] == "billing freeze" and key[:10] in note["by"]
+    assert (await client.get("/v1/jobs/noted")).json()["pause_note"] == note
+    listed = (await client.get("/v1/jobs")).json()["items"]
+    assert [j["pause_note"] for j in listed if j["id"] == "noted"] == [note]
+    resumed = await client.post("/v1/jobs/noted/resume")
+    assert resumed.json()["pause_note"] is None
+    plain = await client.post("/v1/jobs/noted/pause")
+    assert plain.status_code == 200 and plain.json()["pause_note"] is None
+
+
 # --- validation ---------------------------------------------------------------------------------
 
 BASE = cron_job("valid")

@@ -404,3 +404,40 @@ async def test_unsigned_registrations_pass_when_signatures_are_not_required(
     (body,) = [orjson.loads(m.value()) for m in drain(stack.kafka, topics.rejected, expect=1)]
     assert base64.b64decode(body["original"]) == forged
     assert "another tenant" in body["reason"]
+
+
+async def test_a_pause_over_kafka_keeps_its_note_and_a_bad_note_is_rejected(
+    stack: Addresses,
+    topics: Topics,
+    db_dsn: str,
+    store: RegistryStore,
+    tenant_names: tuple[str, str],
+) -> None:
+    """`{"op": "pause", "note": …}` pauses the job and keeps why, by the tenant via Kafka,
+    beside the paused version; a note on another op, or a note of 501 characters, is rejected
+    naming it, and changes nothing"""
+    tenant, _ = tenant_names
+    await store.create_tenant(tenant)
+    noted = orjson.loads(_op("pause", tenant, "a"))
+    messages = [
+        ("a", _upsert(tenant, _job("a"))),
+        ("b", _upsert(tenant, _job("b"))),
+        ("a", orjson.dumps({**noted, "note": "the partner API is down\nuntil Monday"})),
+        ("b", orjson.dumps({**orjson.loads(_op("resume", tenant, "b")), "note": "no"})),
+        ("b", orjson.dumps({**orjson.loads(_op("pause", tenant, "b")), "note": "x" * 501})),
+    ]
+    produce(stack.kafka, topics.registrations, messages)
+    settings = stack_settings(stack, db_dsn, topics, **UNSIGNED)
+    await run_intake_until(settings, store, len(messages))
+    jobs = await _jobs(db_dsn, tenant)
+    assert (jobs["a"]["status"], jobs["b"]["status"]) == ("paused", "active")
+    view = await store.get(tenant, "a")
+    assert view is not None and view.pause_note is not None
+    assert view.pause_note[:2] == (
+        f"{tenant} (Kafka registration)",
+        "the partner API is down\nuntil Monday",
+    )
+    reasons = sorted(orjson.loads(m.value())["reason"] for m in drain(stack.kafka, topics.rejected))
+    assert len(reasons) == 2
+    assert any("'note' applies to op 'pause' only" in r for r in reasons), reasons
+    assert any("note: must be 1 to 500 characters" in r for r in reasons), reasons

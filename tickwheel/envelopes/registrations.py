@@ -41,6 +41,7 @@ class Registration:
     idempotency_key: str | None = None  # trigger only
     window_from: str | None = None  # backfill only: the message's "from"
     window_to: str | None = None  # backfill only: the message's "to"
+    note: str | None = None  # pause only: why (the registry checks its length and characters)
 
     def __post_init__(self) -> None:
         if self.op not in REGISTRATION_OPS:
@@ -63,6 +64,8 @@ class Registration:
                     )
         elif self.window_from is not None or self.window_to is not None:
             raise EnvelopeError("fields 'from' and 'to' apply to op 'backfill' only")
+        if self.note is not None and self.op != RegistrationOp.PAUSE:
+            raise EnvelopeError("field 'note' applies to op 'pause' only")
 
     @property
     def job_id(self) -> str | None:
@@ -85,6 +88,8 @@ class Registration:
             body["from"] = self.window_from
         if self.window_to is not None:
             body["to"] = self.window_to
+        if self.note is not None:
+            body["note"] = self.note
         return orjson.dumps(body)
 
     @classmethod
@@ -99,6 +104,7 @@ class Registration:
             idempotency_key=take(obj, "idempotency_key", str, optional=True),
             window_from=take(obj, "from", str, optional=True),
             window_to=take(obj, "to", str, optional=True),
+            note=take(obj, "note", str, optional=True),
         )
 
 

@@ -94,24 +94,29 @@ SELECT (SELECT count(*) FROM updated) + (SELECT count(*) FROM inserted) AS writt
 SELECT 1
 
 -- job_get --
-SELECT tenant, job_id, document, status, version, shard_id,
-       (extract(epoch FROM next_run_at) * 1000)::bigint AS next_run_at,
-       created_at, updated_at
-FROM jobs
-WHERE tenant = $1 AND job_id = $2 AND status <> 'deleted'
+-- A job, with its pause note when the note is its current version's (migration 0016).
+SELECT j.tenant, j.job_id, j.document, j.status, j.version, j.shard_id,
+       (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
+       j.created_at, j.updated_at, n.paused_by, n.reason AS pause_reason, n.paused_at
+FROM jobs j
+LEFT JOIN job_pause_notes n
+  ON n.tenant = j.tenant AND n.job_id = j.job_id AND n.version = j.version
+WHERE j.tenant = $1 AND j.job_id = $2 AND j.status <> 'deleted'
 
 -- jobs_list --
 -- One page of a tenant's jobs in id order, after the cursor (the last id of the previous page).
-SELECT tenant, job_id, document, status, version, shard_id,
-       (extract(epoch FROM next_run_at) * 1000)::bigint AS next_run_at,
-       created_at, updated_at
-FROM jobs
-WHERE tenant = $1
-  AND job_id > coalesce($2::text, '')
-  AND (CASE WHEN $3::text IS NULL THEN status <> 'deleted' ELSE status = $3::text END)
-  AND ($4::text IS NULL OR priority = $4::text)
-  AND ($5::text IS NULL OR kind = $5::text)
-ORDER BY job_id
+SELECT j.tenant, j.job_id, j.document, j.status, j.version, j.shard_id,
+       (extract(epoch FROM j.next_run_at) * 1000)::bigint AS next_run_at,
+       j.created_at, j.updated_at, n.paused_by, n.reason AS pause_reason, n.paused_at
+FROM jobs j
+LEFT JOIN job_pause_notes n
+  ON n.tenant = j.tenant AND n.job_id = j.job_id AND n.version = j.version
+WHERE j.tenant = $1
+  AND j.job_id > coalesce($2::text, '')
+  AND (CASE WHEN $3::text IS NULL THEN j.status <> 'deleted' ELSE j.status = $3::text END)
+  AND ($4::text IS NULL OR j.priority = $4::text)
+  AND ($5::text IS NULL OR j.kind = $5::text)
+ORDER BY j.job_id
 LIMIT $6
 
 -- job_runs_page --

@@ -134,6 +134,13 @@ class Pause(StrictModel):
     tenant: Tenant
     id: JobId
     version: Version = None
+    note: str | None = Field(
+        None,
+        min_length=1,
+        max_length=500,
+        description="why, kept beside the paused job until it is resumed (by: the tenant, "
+        "via Kafka)",
+    )
 
 
 class Resume(StrictModel):

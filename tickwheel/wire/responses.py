@@ -31,6 +31,13 @@ else:
     QuotaValue = literal_of(Quota)
 
 
+class PauseNote(BaseModel):
+    by: str = Field(..., description="the tenant and its API key's prefix, the operator's key "
+                    "name, or 'tickwheel (pause_after_dead_runs)'")  # fmt: skip
+    why: str
+    at: str = Field(..., description="ISO-8601 UTC")
+
+
 class Job(JobDocument):
     """A stored job: the document with every default filled in, plus the registry's fields."""
 
@@ -48,6 +55,9 @@ class Job(JobDocument):
     )
     created_at: str = Field(..., description="ISO-8601 UTC")
     updated_at: str = Field(..., description="ISO-8601 UTC")
+    pause_note: PauseNote | None = Field(
+        None, description="who paused the job and why, when paused with a note (null: none)"
+    )
 
 
 class JobPage(BaseModel):
