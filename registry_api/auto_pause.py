@@ -65,13 +65,21 @@ class AutoPause:
         now = int(await pool.fetchval(QUERIES["on_demand_db_now"]))
         since = now - LOOKBACK_MS if self._since_ms is None else self._since_ms - OVERLAP_MS
         rows = await pool.fetch(QUERIES["auto_pause_due"], since)
-        paused = 0
+        paused, failed = 0, False
         for row in rows:
-            if await self._pause(
-                row["tenant"], row["job_id"], row["version"], row["n"], row["last_dead_ms"]
-            ):
-                paused += 1
-        self._since_ms = now
+            try:
+                if await self._pause(
+                    row["tenant"], row["job_id"], row["version"], row["n"], row["last_dead_ms"]
+                ):
+                    paused += 1
+            except Exception:  # one job that cannot be paused does not hold the others back
+                log.exception(
+                    "pause on failure: pausing a job failed; the next look tries again",
+                    extra={"tenant": row["tenant"], "job_id": row["job_id"]},
+                )
+                failed = True
+        if not failed:  # else the next look reads the same deaths again
+            self._since_ms = now
         return paused
 
     async def _pause(self, tenant: str, job_id: str, version: int, n: int, last_ms: int) -> bool:

@@ -502,7 +502,8 @@ PAUSE_NOTE_MAX_CHARS = 500  # as migration 0016 bounds a pause note's reason
 
 def check_pause_note(note: Any, field: str = "note") -> str:
     """A pause's note (why), or JobValidationError naming `field`: text of 1 to 500
-    characters that the store can write (no NUL, no lone surrogate; lines are fine)."""
+    characters that the store can write (no NUL, no lone surrogate) and a terminal can show
+    (line breaks and tabs, no other control character)."""
     if not isinstance(note, str):
         raise JobValidationError([FieldProblem(field, "must be a string")])
     if not 1 <= len(note) <= PAUSE_NOTE_MAX_CHARS:
@@ -511,6 +512,11 @@ def check_pause_note(note: Any, field: str = "note") -> str:
         )
     if (message := _string_problem(note)) is not None:
         raise JobValidationError([FieldProblem(field, message)])
+    if any((c < " " and c not in "\n\t") or c == "\x7f" for c in note):
+        # Operators read notes in terminals (`tickwheel jobs show`): no escape sequences.
+        raise JobValidationError(
+            [FieldProblem(field, "may hold line breaks and tabs but no other control character")]
+        )
     return note
 
 

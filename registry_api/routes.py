@@ -306,7 +306,10 @@ async def _pause_or_resume(
         raise not_found(job_id)
     if outcome is Outcome.CONFLICT:
         raise conflict(job_id, "paused" if kind == RegistrationOp.PAUSE else "resumed")
-    return _job_response(await _current(ctx, tenant, job_id))
+    view = await ctx.store.get(tenant, job_id)
+    if view is None:  # resumed after its window ended, with after_end "delete": it is gone
+        return Response(status_code=204)
+    return _job_response(view)
 
 
 @jobs.post(

@@ -99,7 +99,8 @@ def _is_replay(current: StoredJob | None, op: Op) -> bool:
     return current.intake_partition == partition and offset <= current.intake_offset
 
 
-TIMING_FIELDS = ("schedule", "at", "timezone", "dst", "start_at", "end_at")
+# What decides when a job fires, but for its window (start_at, end_at), which only bounds it.
+TIMING_FIELDS = ("schedule", "at", "timezone", "dst")
 
 
 def _same_timing(old: dict[str, Any], new: dict[str, Any]) -> bool:
@@ -168,10 +169,15 @@ def apply(
                 op.spec,
             )
             return created, Outcome.CREATED
-        if _same_timing(current.document, document) and current.next_run_at is not None:
-            # Only payload, handler or policies changed: keep the pending occurrence, which
-            # may be due right now; recomputing from now could skip it.
-            first = current.next_run_at
+        pending = current.next_run_at
+        if pending is not None and _same_timing(current.document, document):
+            # Only payload, handler, policies or the window changed: keep the pending
+            # occurrence (it may be due right now; recomputing from now could skip it) while
+            # the window still holds it; a window that opens earlier may bring an earlier one.
+            start, end = op.spec.window_ms
+            inside = (start is None or pending >= start) and (end is None or pending <= end)
+            if inside and (first is None or pending < first):
+                first = pending
         status = current.status
         if status == JobStatus.COMPLETED or (status == JobStatus.ACTIVE and first is None):
             status = JobStatus.ACTIVE if first is not None else JobStatus.COMPLETED

@@ -157,6 +157,12 @@ class Shared:
         self.positions = Positions(self.pool)
 
 
+def _runs_used_up(entry: JobEntry, counted: tuple[int, int] | None) -> bool:
+    """Whether the claim gave a job with max_runs its last run."""
+    limit = entry.rules.max_runs
+    return limit is not None and counted is not None and counted[0] >= limit
+
+
 class ShardLeader(HorizonHolding):
     """Leads one shard from takeover until it is stopped, loses its session or is fenced out."""
 
@@ -438,7 +444,11 @@ class ShardLeader(HorizonHolding):
                         entry,
                     )
                     position = (ids[0], ids[1], entry.version, next_ms)
-                    if next_ms is None and entry.rules.after_end == AfterEnd.DELETE:
+                    if (
+                        next_ms is None
+                        and entry.rules.after_end == AfterEnd.DELETE
+                        and not _runs_used_up(entry, batch.counted.get(ids))
+                    ):  # the window ended (a job whose runs ran out completes)
                         deleted.append(position)
                     else:
                         positions.append(position)

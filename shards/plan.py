@@ -244,6 +244,33 @@ def _max_runs_reason(max_runs: int) -> str:
     return f"{REASON_MAX_RUNS}: the job's {max_runs} runs are done"
 
 
+def _cap_runs(
+    batch: ClaimBatch, ids: tuple[str, str], max_runs: int, counted: int, since: int,
+    first_row: int, expected: int,
+) -> None:  # fmt: skip
+    """Limited runs, after the overlap policy decided (a run it skips is not counted): the
+    job's rows of this claim from `first_row` keep at most the runs left, the rest of a
+    catch-up is recorded skipped naming max_runs, and the claim that reaches the last run plans
+    no next occurrence. An instant before `since`, where the count starts (a stale position
+    brings back instants claimed before the job had max_runs), is not counted. What the count
+    becomes goes to `batch.counted`."""
+    left = max(0, max_runs - counted)
+    pending = 0
+    for i in range(first_row, len(batch.run_status)):
+        if batch.run_status[i] != RunStatus.PENDING or batch.run_ms[i] < since:
+            continue
+        if pending < left:
+            pending += 1
+        else:
+            batch.run_status[i] = RunStatus.SKIPPED
+            batch.run_reason[i] = _max_runs_reason(max_runs)
+            batch.run_leased[i] = False
+    if counted + pending >= max_runs:
+        batch.next_ms[-1] = None
+        batch.complete[-1] = True
+    batch.counted[ids] = (counted + pending, max([expected, *batch.run_ms[first_row:]]) + 1)
+
+
 def span_reason(reason: str, end_ms: int) -> str:
     """The skip reason of a span's summary row: the reason and where the span ends."""
     return f"{reason}: every occurrence before {format_ms(end_ms)} skipped"
@@ -257,10 +284,11 @@ def plan_claims(
     now_ms: int,
     cache: ScheduleCache,
     in_flight: dict[tuple[str, str], tuple[int, int]] | None = None,
-    done: dict[tuple[str, str], int] | None = None,
+    done: dict[tuple[str, str], tuple[int, int]] | None = None,
 ) -> ClaimBatch:
     """Plan the claim of `due` at `now_ms`; `in_flight[(tenant, job_id)] = (running, buffered)`;
-    `done[(tenant, job_id)]`: a job with max_runs, its counted runs before this claim."""
+    `done[(tenant, job_id)] = (runs, since)`: a job with max_runs, its counted runs before this
+    claim and the instant its count starts at."""
     batch = ClaimBatch()
     counts = in_flight or {}
     for entry in due:
@@ -285,16 +313,6 @@ def plan_claims(
                 plan.skipped_span,
             )
         ids = entry.ids
-        counted = None
-        if rules.max_runs is not None:
-            counted = (done or {}).get(ids, 0)
-            left = max(0, rules.max_runs - counted)
-            if len(run) >= left:
-                # The last runs the job has: the rest of a catch-up is recorded, not run, and
-                # the job completes.
-                beyond = run[left:]
-                run, next_ms = run[:left], None
-                skipped = [*skipped, *((ms, _max_runs_reason(rules.max_runs)) for ms in beyond)]
         batch.entries.append(entry)
         batch.tenants.append(ids[0])
         batch.job_ids.append(ids[1])
@@ -320,9 +338,9 @@ def plan_claims(
                     batch.add_run(ids, ms, RunStatus.SKIPPED, REASON_OVERLAP, False)
         for ms, reason in skipped:
             batch.add_run(ids, ms, RunStatus.SKIPPED, reason, False)
-        if counted is not None:
-            pending = batch.run_status[first_row:].count(RunStatus.PENDING)
-            batch.counted[ids] = (counted + pending, max([expected, *batch.run_ms[first_row:]]) + 1)
+        if rules.max_runs is not None:
+            counted, since = (done or {}).get(ids, (0, 0))
+            _cap_runs(batch, ids, rules.max_runs, counted, since, first_row, expected)
         if span is not None:
             batch.add_run(
                 ids,

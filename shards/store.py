@@ -258,15 +258,18 @@ async def in_flight(
     return {(r["tenant"], r["job_id"]): (r["running"], r["buffered"]) for r in rows}
 
 
-async def run_counts(conn: Conn, entries: Sequence[JobEntry]) -> dict[tuple[str, str], int]:
-    """Per job with max_runs, its counted runs before the instant its entry is due at."""
+async def run_counts(
+    conn: Conn, entries: Sequence[JobEntry]
+) -> dict[tuple[str, str], tuple[int, int]]:
+    """Per job with max_runs, its counted runs before the instant its entry is due at, and the
+    instant the count starts from."""
     rows = await conn.fetch(
         QUERIES["jobs_run_counts_read"],
         db.id_list([e.tenant for e in entries]),
         db.id_list([e.job_id for e in entries]),
         db.num_list([e.next_ms for e in entries]),
     )
-    return {(r["tenant"], r["job_id"]): r["done"] for r in rows}
+    return {(r["tenant"], r["job_id"]): (r["done"], r["since"]) for r in rows}
 
 
 @dataclass(slots=True)

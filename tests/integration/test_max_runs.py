@@ -75,6 +75,7 @@ async def test_a_leader_after_one_that_claimed_without_writing_its_count_stops_a
         lease = await store.take_over(conn, shard, "gone")
         loaded, _ = await store.horizon(conn, shard, now_ms() + 60_000)
         ((entry, _),) = [(e, c) for e, c in loaded if e.key.endswith("/limited")]
+        first = entry.next_ms
         cache = ScheduleCache()
         for at in (entry.next_ms, entry.next_ms + 1000):
             await conn.execute(
@@ -90,7 +91,9 @@ async def test_a_leader_after_one_that_claimed_without_writing_its_count_stops_a
         "SELECT runs_done, counted_through FROM jobs WHERE tenant = $1 AND job_id = 'limited'",
         sched.tenant,
     )
-    assert (row["runs_done"], row["counted_through"]) == (0, None)  # nothing written
+    # Nothing written by the leader: the count starts at the first occurrence, as registered.
+    assert row["runs_done"] == 0
+    assert int(row["counted_through"].timestamp() * 1000) == first
     async with running_scheduler(sched, "b"):
         await _completed(sched, "limited")
     assert len(await _counted(sched, "limited")) == 3
@@ -108,3 +111,18 @@ async def test_a_deleted_job_registered_again_counts_from_zero(sched: SchedEnv) 
         )
         await _completed(sched, "again")
     assert len(await _counted(sched, "again")) == 4
+
+
+async def test_a_job_given_max_runs_later_counts_from_then(sched: SchedEnv) -> None:
+    """a job that ran for a while without a limit, then given max_runs 2: two more runs, not
+    none (its earlier runs are not the limit's)"""
+    await sched.register({"id": "later", **EVERY_SECOND})
+    async with running_scheduler(sched, "a"):
+        await wait_for(lambda: _counted_len(sched, "later", 3), 30, what="three runs")
+        await sched.register({"id": "later", **EVERY_SECOND, "max_runs": 2})
+        before = len(await _counted(sched, "later"))
+        await _completed(sched, "later")
+    after = await _counted(sched, "later")
+    # The runs already claimed when the limit arrived (at most the one under way) aside, the
+    # limit gave exactly two.
+    assert before + 2 <= len(after) <= before + 3, (before, len(after))

@@ -16,6 +16,7 @@ from tickwheel.registry_api.auto_pause import note_reason
 from tickwheel.registry_api.document import (
     JobValidationError,
     Limits,
+    check_pause_note,
     parse_document,
     validate_job,
 )
@@ -279,19 +280,19 @@ def test_max_runs_caps_a_claim_and_completes_the_job_on_its_last_run() -> None:
     says what the count becomes and the instant it runs through."""
     ids = (T, "w")
     entry = _entry(None, None, NOW + HOUR, max_runs=3)
-    on = plan_claims([entry], NOW + HOUR, ScheduleCache(), done={ids: 1})
+    on = plan_claims([entry], NOW + HOUR, ScheduleCache(), done={ids: (1, 0)})
     assert (on.run_ms, on.next_ms, on.counted[ids]) == (
         [NOW + HOUR],
         [NOW + 2 * HOUR],
         (2, NOW + HOUR + 1),
     )
-    last = plan_claims([entry], NOW + HOUR, ScheduleCache(), done={ids: 2})
+    last = plan_claims([entry], NOW + HOUR, ScheduleCache(), done={ids: (2, 0)})
     assert (last.run_ms, last.next_ms, last.counted[ids]) == (
         [NOW + HOUR],
         [None],
         (3, NOW + HOUR + 1),
     )
-    over = plan_claims([entry], NOW + HOUR, ScheduleCache(), done={ids: 3})
+    over = plan_claims([entry], NOW + HOUR, ScheduleCache(), done={ids: (3, 0)})
     # (a job reactivated by an edit after its last run: the occurrence is recorded, not run)
     assert (over.run_status, over.run_reason) == (
         ["skipped"],
@@ -307,7 +308,7 @@ def test_a_catch_up_past_max_runs_records_the_rest_skipped() -> None:
     recorded skipped naming max_runs (nothing silently lost), and the job completes"""
     ids = (T, "w")
     entry = _entry(None, None, NOW + HOUR, max_runs=4, misfire="run_all")
-    batch = plan_claims([entry], NOW + 5 * HOUR + 1000, ScheduleCache(), done={ids: 2})
+    batch = plan_claims([entry], NOW + 5 * HOUR + 1000, ScheduleCache(), done={ids: (2, 0)})
     rows = list(zip(batch.run_ms, batch.run_status, batch.run_reason, strict=True))
     assert [(ms, st) for ms, st, _ in rows if st == "pending"] == [
         (NOW + HOUR, "pending"),
@@ -319,13 +320,69 @@ def test_a_catch_up_past_max_runs_records_the_rest_skipped() -> None:
     assert batch.next_ms == [None] and batch.counted[ids] == (4, NOW + 5 * HOUR + 1)
 
 
-def test_an_overlap_skip_is_not_counted() -> None:
-    """a run the overlap policy skips did not run: the count does not move"""
+def test_an_overlap_skip_is_not_counted_and_does_not_end_the_job() -> None:
+    """the policy skips what would be the last run (one still in flight): not counted, and the
+    job goes on to its next occurrence instead of completing one run short"""
     ids = (T, "w")
-    entry = _entry(None, None, NOW + HOUR, max_runs=3, overlap="skip")
-    batch = plan_claims([entry], NOW + HOUR, ScheduleCache(), {ids: (1, 0)}, {ids: 1})
+    entry = _entry(None, None, NOW + HOUR, max_runs=2, overlap="skip")
+    batch = plan_claims([entry], NOW + HOUR, ScheduleCache(), {ids: (1, 0)}, {ids: (1, 0)})
     assert batch.run_status == ["skipped"] and batch.counted[ids] == (1, NOW + HOUR + 1)
-    assert batch.next_ms == [NOW + 2 * HOUR]
+    assert batch.next_ms == [NOW + 2 * HOUR] and batch.complete == [False]
+    ran = plan_claims([entry], NOW + HOUR, ScheduleCache(), {ids: (0, 0)}, {ids: (1, 0)})
+    assert ran.run_status == ["pending"] and ran.next_ms == [None]
+
+
+def test_only_a_windows_end_deletes_a_job_whose_runs_ran_out_it_completes() -> None:
+    """after_end 'delete' with max_runs: the claim of the last run completes the job (sending
+    its document again must not start a new count); the leader deletes on a window's end"""
+    from tickwheel.shards.leader import _runs_used_up
+
+    entry = _entry(None, NOW + 9 * HOUR, NOW + HOUR, after_end="delete", max_runs=2)
+    assert _runs_used_up(entry, (2, NOW + HOUR + 1))
+    assert not _runs_used_up(entry, (1, NOW + HOUR + 1))
+    assert not _runs_used_up(_entry(None, NOW, NOW, after_end="delete"), None)
+
+
+def test_an_edit_of_the_window_keeps_a_due_occurrence_the_new_window_holds() -> None:
+    """extending end_at while the 09:00 run is due and unclaimed keeps it; moving start_at
+    earlier brings the earlier occurrences in"""
+    job, _ = apply(None, Op("upsert", T, "w", spec=_spec(end_at=format_ms(NOW + 5 * HOUR))), NOW)
+    assert job is not None and job.next_run_at == NOW + HOUR
+    due = NOW + HOUR + 30_000  # the NOW + 1 h occurrence is due and not claimed yet
+    longer = _spec(end_at=format_ms(NOW + 9 * HOUR))
+    kept, _ = apply(job, Op("upsert", T, "w", spec=longer), due)
+    assert kept is not None and kept.next_run_at == NOW + HOUR
+    later, _ = apply(
+        None, Op("upsert", T, "w", spec=_spec(start_at=format_ms(NOW + 5 * HOUR))), NOW
+    )
+    assert later is not None and later.next_run_at == NOW + 5 * HOUR
+    earlier, _ = apply(later, Op("upsert", T, "w", spec=_spec(start_at=format_ms(NOW))), NOW)
+    assert earlier is not None and earlier.next_run_at == NOW + HOUR
+
+
+@pytest.mark.parametrize(
+    ("note", "ok"),
+    [("line one\nline two\tand a tab", True), ("\x1b[31mred", False), ("bell\x07", False),
+     ("del\x7f", False), ("", False), ("x" * 501, False), ("x" * 500, True)],
+)  # fmt: skip
+def test_a_tenants_pause_note_is_text_a_terminal_can_show(note: str, ok: bool) -> None:
+    if ok:
+        assert check_pause_note(note) == note
+    else:
+        with pytest.raises(JobValidationError):
+            check_pause_note(note)
+
+
+def test_instants_before_the_count_starts_are_not_counted() -> None:
+    """a job given max_runs while its leader's position lagged: its row's next_run_at is an
+    instant already claimed, so the claim plans those again (no-ops: their runs exist); only
+    the instants from where the count starts count"""
+    ids = (T, "w")
+    entry = _entry(None, None, NOW + HOUR, max_runs=2, misfire="run_all")
+    since = NOW + 2 * HOUR + 1  # the runs at +1 h and +2 h were claimed before the limit
+    batch = plan_claims([entry], NOW + 4 * HOUR + 1000, ScheduleCache(), done={ids: (0, since)})
+    assert batch.run_status == ["pending"] * 4
+    assert batch.counted[ids] == (2, NOW + 4 * HOUR + 1) and batch.next_ms == [None]
 
 
 def test_max_runs_is_for_cron_jobs() -> None:

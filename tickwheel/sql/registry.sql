@@ -53,9 +53,20 @@ WITH updated AS (
         end_at = 'epoch'::timestamptz + r.end_at * interval '1 millisecond',
         after_end = r.after_end, pause_after_dead_runs = r.pause_after_dead_runs,
         max_runs = r.max_runs,
-        -- A deleted job registered again is a new job: its count of runs starts over.
-        runs_done = CASE WHEN j.status = 'deleted' THEN 0 ELSE j.runs_done END,
-        counted_through = CASE WHEN j.status = 'deleted' THEN now() ELSE j.counted_through END
+        -- max_runs counts from the job's next occurrence, past every run it has already (its
+        -- leader writes where it stands later, so next_run_at may lag its claims), when a
+        -- deleted job is registered again (a new job) and when a job gets max_runs: runs
+        -- before then are not the limit's.
+        runs_done = CASE WHEN j.status = 'deleted' OR (j.max_runs IS NULL AND r.max_runs IS NOT NULL)
+                         THEN 0 ELSE j.runs_done END,
+        counted_through = CASE WHEN j.status = 'deleted'
+                                    OR (j.max_runs IS NULL AND r.max_runs IS NOT NULL)
+                               THEN greatest(
+                                   'epoch'::timestamptz + r.next_run_at * interval '1 millisecond',
+                                   (SELECT max(x.scheduled_at) + interval '1 millisecond'
+                                    FROM job_runs x
+                                    WHERE x.tenant = j.tenant AND x.job_id = j.job_id))
+                               ELSE j.counted_through END
     FROM jobs_stage r
     WHERE r.expected_version IS NOT NULL
       AND j.tenant = r.tenant AND j.job_id = r.job_id AND j.version = r.expected_version
@@ -66,7 +77,7 @@ WITH updated AS (
                       timeout_ms, misfire_policy, misfire_grace_ms, misfire_max_catchup,
                       overlap_policy, dst_gap, dst_overlap, status, next_run_at, version,
                       document, intake_partition, intake_offset, start_at, end_at, after_end,
-                      pause_after_dead_runs, max_runs)
+                      pause_after_dead_runs, max_runs, counted_through)
     SELECT r.tenant, r.job_id, r.shard_id, r.kind, r.schedule,
            'epoch'::timestamptz + r.run_at * interval '1 millisecond',
            r.timezone, r.handler, r.target, r.payload, r.priority, r.max_attempts,
@@ -77,7 +88,13 @@ WITH updated AS (
            r.version, r.document, r.intake_partition, r.intake_offset,
            'epoch'::timestamptz + r.start_at * interval '1 millisecond',
            'epoch'::timestamptz + r.end_at * interval '1 millisecond',
-           r.after_end, r.pause_after_dead_runs, r.max_runs
+           r.after_end, r.pause_after_dead_runs, r.max_runs,
+           -- max_runs counts from the job's first occurrence, the registry's own instant
+           CASE WHEN r.max_runs IS NOT NULL
+                THEN greatest(
+                    'epoch'::timestamptz + r.next_run_at * interval '1 millisecond',
+                    (SELECT max(x.scheduled_at) + interval '1 millisecond' FROM job_runs x
+                     WHERE x.tenant = r.tenant AND x.job_id = r.job_id)) END
     FROM jobs_stage r
     WHERE r.expected_version IS NULL
     ON CONFLICT (tenant, job_id) DO NOTHING

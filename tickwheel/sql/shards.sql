@@ -267,14 +267,16 @@ WHERE j.tenant = p.tenant AND j.job_id = p.job_id
 -- Limited runs (migration 0020): per job with `max_runs`, its scheduled runs (not skipped)
 -- before the instant about to be claimed — what the row counted plus the runs claimed since —
 -- so the count is exact whatever a previous leader wrote or lost, and a repeated claim of an
--- instant counts what it counted the first time.
+-- instant counts what it counted the first time; and where the count starts (`since`: an
+-- instant planned before it, which a stale position can bring back, is not the limit's).
 --   $1 tenants  $2 job ids  $3 the instants to be claimed, ms (comma-joined)
 SELECT j.tenant, j.job_id,
        j.runs_done + (SELECT count(*) FROM job_runs r
                       WHERE r.tenant = j.tenant AND r.job_id = j.job_id
                         AND r.scheduled_at >= coalesce(j.counted_through, j.created_at)
                         AND r.scheduled_at < 'epoch'::timestamptz + k.ms * interval '1 millisecond'
-                        AND r.origin = 'schedule' AND r.status <> 'skipped') AS done
+                        AND r.origin = 'schedule' AND r.status <> 'skipped') AS done,
+       (extract(epoch FROM coalesce(j.counted_through, j.created_at)) * 1000)::bigint AS since
 FROM unnest(string_to_array($1::text, ','), string_to_array($2::text, ','),
             string_to_array($3::text, ',')::bigint[]) AS k(tenant, job_id, ms)
 JOIN jobs j ON j.tenant = k.tenant AND j.job_id = k.job_id
@@ -298,7 +300,7 @@ WHERE j.tenant = c.tenant AND j.job_id = c.job_id
 -- occurrence), and each tenant's job count moved with them. Over the version the claim saw
 -- and only while the job is active, like `jobs_positions`; no new version (the leader already
 -- holds no next occurrence, and a horizon load reads active jobs only). Rows are locked jobs
--- first, then `tenant_usage`, the registry's order.
+-- first, then `tenant_usage` in tenant order: the registry's order.
 --   $1 tenants  $2 job ids  $3 versions (comma-joined)
 WITH gone AS (
     UPDATE jobs j SET status = 'deleted', next_run_at = NULL
@@ -307,10 +309,17 @@ WITH gone AS (
     WHERE j.tenant = p.tenant AND j.job_id = p.job_id
       AND j.version = p.version AND j.status = 'active'
     RETURNING j.tenant
+), counted AS MATERIALIZED (
+    SELECT tenant, count(*) AS n FROM gone GROUP BY tenant
+), locked AS MATERIALIZED (  -- in tenant order, as tenant_usage_write locks them
+    SELECT u.tenant FROM tenant_usage u
+    WHERE u.tenant IN (SELECT tenant FROM counted)
+    ORDER BY u.tenant
+    FOR UPDATE
 )
-UPDATE tenant_usage u SET jobs = u.jobs - g.n
-FROM (SELECT tenant, count(*) AS n FROM gone GROUP BY tenant) g
-WHERE u.tenant = g.tenant
+UPDATE tenant_usage u SET jobs = u.jobs - c.n
+FROM counted c
+WHERE u.tenant = c.tenant AND u.tenant IN (SELECT tenant FROM locked)
 
 -- outbox_adopt --
 -- A new leader's outbox (I1), when the previous leader did not step down cleanly: dispatched
