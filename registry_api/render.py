@@ -16,7 +16,8 @@ from tickwheel.registry_api.document import Backoff, Dst, JobDocument, JobSpec, 
 from tickwheel.registry_api.rows import JobView, RunView
 from tickwheel.runtime import PartState
 from tickwheel.schedule import SHARED
-from tickwheel.schedule.explain import MisfireSettings, Window, explain_cron, explain_once
+from tickwheel.schedule.explain import MisfireSettings, explain_cron, explain_once
+from tickwheel.schedule.window import Window
 
 _FIELD_ORDER = tuple(JobDocument.model_fields)
 _NESTED_ORDER = {

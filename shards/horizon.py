@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from tickwheel.domain import AfterEnd, JobStatus, job_key, run_key
+from tickwheel.domain import JobStatus, job_key, run_key
 from tickwheel.shards import store
-from tickwheel.shards.plan import NO_NEXT_MS, JobEntry, RetryEntry, next_fire
+from tickwheel.shards.plan import NO_NEXT_MS, JobEntry, RetryEntry, deleted_at_end, next_fire
 from tickwheel.shards.positions import Position
 from tickwheel.wheel import TimingWheel
 
@@ -70,7 +70,7 @@ class HorizonHolding:
                 following = next_fire(self.s.cache, entry, claimed_through)
                 next_ms = NO_NEXT_MS if following is None else following
                 position = (entry.tenant, entry.job_id, entry.version, following)
-                if following is None and entry.rules.after_end == AfterEnd.DELETE:
+                if deleted_at_end(entry, following, None):
                     deleted.append(position)
                 else:
                     derived.append(position)

@@ -70,7 +70,7 @@ import asyncpg
 
 from tickwheel import db as dbmod
 from tickwheel.crash_points import crash_point
-from tickwheel.domain import AfterEnd, OverlapPolicy, RunStatus
+from tickwheel.domain import RunStatus
 from tickwheel.kafka.producing import PublishError
 from tickwheel.queries import QUERIES
 from tickwheel.schedule import REASON_OVERLAP, ScheduleCache
@@ -85,6 +85,7 @@ from tickwheel.shards.plan import (
     NO_NEXT_MS,
     JobEntry,
     RetryEntry,
+    deleted_at_end,
     plan_claims,
     plan_first_dispatch,
 )
@@ -155,12 +156,6 @@ class Shared:
             self.pool, self.config.publish_lease_ms, self.config.claim_batch
         )
         self.positions = Positions(self.pool)
-
-
-def _runs_used_up(entry: JobEntry, counted: tuple[int, int] | None) -> bool:
-    """Whether the claim gave a job with max_runs its last run."""
-    limit = entry.rules.max_runs
-    return limit is not None and counted is not None and counted[0] >= limit
 
 
 class ShardLeader(HorizonHolding):
@@ -416,15 +411,7 @@ class ShardLeader(HorizonHolding):
     async def _claim(self, chunk: Sequence[JobEntry], now: int) -> None:
         assert self.lease is not None
         try:
-            keys = [e.ids for e in chunk if e.overlap_policy != OverlapPolicy.ALLOW]
-            limited = [e for e in chunk if e.rules.max_runs is not None]
-            counts = runs_done = None
-            if keys or limited:
-                async with self.s.pool.acquire() as conn:
-                    if keys:
-                        counts = await store.in_flight(conn, keys)
-                    if limited:  # max_runs: their runs so far, read at each claim (exact)
-                        runs_done = await store.run_counts(conn, limited)
+            counts, runs_done = await store.plan_reads(self.s.pool, chunk)
             batch = plan_claims(chunk, now, self.s.cache, counts, runs_done)
             # One statement, fenced by itself, shared with the other leaders' claims made
             # meanwhile (claims.py, store.claim_many).
@@ -444,11 +431,7 @@ class ShardLeader(HorizonHolding):
                         entry,
                     )
                     position = (ids[0], ids[1], entry.version, next_ms)
-                    if (
-                        next_ms is None
-                        and entry.rules.after_end == AfterEnd.DELETE
-                        and not _runs_used_up(entry, batch.counted.get(ids))
-                    ):  # the window ended (a job whose runs ran out completes)
+                    if deleted_at_end(entry, next_ms, batch.counted.get(ids)):
                         deleted.append(position)
                     else:
                         positions.append(position)
@@ -458,10 +441,7 @@ class ShardLeader(HorizonHolding):
             self.s.positions.claimed(positions, self.horizon_end_ms)
             if deleted:
                 self.s.positions.ended(deleted)
-            if batch.counted:
-                self.s.positions.counted(
-                    (ids[0], ids[1], *count) for ids, count in batch.counted.items() if ids in done
-                )
+            self.s.positions.counted(batch.counted, done)
             if stale:
                 # Edited, paused, deleted since the wheel learnt of them: read the truth now
                 # rather than wait for the feed (it may be on its way too; versions decide).

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from tickwheel.clock import format_ms
-from tickwheel.domain import JobKind, OverlapPolicy, RunStatus, job_key
+from tickwheel.domain import AfterEnd, JobKind, OverlapPolicy, RunStatus, job_key
 from tickwheel.schedule import (
     REASON_OVERLAP,
     OverlapDecision,
@@ -238,6 +238,21 @@ def next_fire(cache: ScheduleCache, entry: JobEntry, after_ms: int) -> int | Non
         rules.start_ms,
         rules.end_ms,
     )
+
+
+def deleted_at_end(entry: JobEntry, next_ms: int | None, counted: tuple[int, int] | None) -> bool:
+    """Whether a claim (or a load) that left the job with no next occurrence deletes it: its
+    active window ended and its `after_end` is 'delete'. A job whose max_runs ran out
+    completes instead (`counted`: what the claim counted, `ClaimBatch.counted`)."""
+    if next_ms is not None or entry.rules.after_end != AfterEnd.DELETE:
+        return False
+    return not runs_used_up(entry, counted)
+
+
+def runs_used_up(entry: JobEntry, counted: tuple[int, int] | None) -> bool:
+    """Whether the claim that counted `counted` gave a job with max_runs its last run."""
+    limit = entry.rules.max_runs
+    return limit is not None and counted is not None and counted[0] >= limit
 
 
 def _max_runs_reason(max_runs: int) -> str:

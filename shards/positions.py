@@ -34,7 +34,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import asyncpg
 
@@ -94,13 +95,15 @@ class Positions:
             self._later.pop(key, None)
             self._ended[key] = p
 
-    def counted(self, counts: Iterable[tuple[str, str, int, int]]) -> None:
-        """Queue (tenant, job id, runs done, through ms) of jobs with max_runs."""
-        for c in counts:
-            key = (c[0], c[1])
+    def counted(
+        self, counts: dict[tuple[str, str], tuple[int, int]], found: set[tuple[str, str]]
+    ) -> None:
+        """Queue what a claim counted of jobs with max_runs (`ClaimBatch.counted`: runs done
+        and the instant they run through), for the jobs it found (`found`)."""
+        for key, (done, through) in counts.items():
             old = self._counted.get(key)
-            if old is None or old[3] < c[3]:
-                self._counted[key] = c
+            if key in found and (old is None or old[3] < through):
+                self._counted[key] = (key[0], key[1], done, through)
 
     def queued(self) -> int:
         return len(self._soon) + len(self._later) + len(self._ended) + len(self._counted)
@@ -174,42 +177,52 @@ class Positions:
             self.written += len(part)
 
     async def _write_counts(self) -> None:
-        counts = list(self._counted.values())
-        self._counted.clear()
-        for start in range(0, len(counts), BATCH):
-            part = counts[start : start + BATCH]
-            try:
-                async with self._lock:
-                    await self.pool.execute(
-                        QUERIES["jobs_run_counts_write"],
-                        db.id_list([c[0] for c in part]),
-                        db.id_list([c[1] for c in part]),
-                        db.num_list([c[2] for c in part]),
-                        db.num_list([c[3] for c in part]),
-                    )
-            except BaseException:
-                for c in counts[start:]:
-                    self._counted.setdefault((c[0], c[1]), c)
-                raise
+        await self._drain(
+            False,
+            self._counted,
+            lambda part: (
+                QUERIES["jobs_run_counts_write"],
+                db.id_list([c[0] for c in part]),
+                db.id_list([c[1] for c in part]),
+                db.num_list([c[2] for c in part]),
+                db.num_list([c[3] for c in part]),
+            ),
+        )
 
     async def _delete_ended(self) -> None:
-        ended = list(self._ended.values())
-        self._ended.clear()
-        for start in range(0, len(ended), BATCH):
-            part = ended[start : start + BATCH]
+        await self._drain(
+            True,
+            self._ended,
+            lambda part: (
+                QUERIES["jobs_end_delete"],
+                db.id_list([p[0] for p in part]),
+                db.id_list([p[1] for p in part]),
+                db.num_list([p[2] for p in part]),
+            ),
+        )
+
+    async def _drain(
+        self,
+        written: bool,
+        queue: dict[tuple[str, str], Any],
+        statement: Callable[[list[Any]], tuple[Any, ...]],
+    ) -> None:
+        """Write everything `queue` holds, BATCH items per statement under the lock; what a
+        failed statement did not write goes back to the queue (the failure propagates).
+        `written`: count the items in `self.written`."""
+        items = list(queue.values())
+        queue.clear()
+        for start in range(0, len(items), BATCH):
+            part = items[start : start + BATCH]
             try:
                 async with self._lock:
-                    await self.pool.execute(
-                        QUERIES["jobs_end_delete"],
-                        db.id_list([p[0] for p in part]),
-                        db.id_list([p[1] for p in part]),
-                        db.num_list([p[2] for p in part]),
-                    )
-            except BaseException:
-                for p in ended[start:]:
-                    self._ended.setdefault((p[0], p[1]), p)
+                    await self.pool.execute(*statement(part))
+            except BaseException:  # put back, then propagate: the writer's loop retries
+                for item in items[start:]:
+                    queue.setdefault((item[0], item[1]), item)
                 raise
-            self.written += len(part)
+            if written:
+                self.written += len(part)
 
 
 async def write_positions(db_: asyncpg.Pool | asyncpg.Connection, part: Sequence[Position]) -> str:

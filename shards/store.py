@@ -20,7 +20,7 @@ import asyncpg
 import orjson
 
 from tickwheel import broken, db
-from tickwheel.domain import RunOrigin, run_key
+from tickwheel.domain import OverlapPolicy, RunOrigin, run_key
 from tickwheel.envelopes.run import RunEnvelope
 from tickwheel.queries import QUERIES
 from tickwheel.shards.plan import ClaimBatch, JobEntry, RetryEntry
@@ -256,6 +256,24 @@ async def in_flight(
     """(running, buffered) runs in flight per job, for the overlap policies."""
     rows = await conn.fetch(QUERIES["runs_in_flight"], [k[0] for k in keys], [k[1] for k in keys])
     return {(r["tenant"], r["job_id"]): (r["running"], r["buffered"]) for r in rows}
+
+
+async def plan_reads(
+    pool: asyncpg.Pool, chunk: Sequence[JobEntry]
+) -> tuple[
+    dict[tuple[str, str], tuple[int, int]] | None, dict[tuple[str, str], tuple[int, int]] | None
+]:
+    """What planning a claim of `chunk` reads of the ledger, in one connection and only for
+    the jobs that need it: runs in flight of jobs with an overlap policy (`in_flight`), and the
+    runs so far of jobs with max_runs (`run_counts`, read at each claim: exact)."""
+    keys = [e.ids for e in chunk if e.overlap_policy != OverlapPolicy.ALLOW]
+    limited = [e for e in chunk if e.rules.max_runs is not None]
+    if not keys and not limited:
+        return None, None
+    async with pool.acquire() as conn:
+        counts = await in_flight(conn, keys) if keys else None
+        done = await run_counts(conn, limited) if limited else None
+    return counts, done
 
 
 async def run_counts(

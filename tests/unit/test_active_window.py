@@ -25,7 +25,8 @@ from tickwheel.registry_api.render import preview_body
 from tickwheel.registry_api.rows import JobView
 from tickwheel.registry_api.state import Op, Outcome, apply
 from tickwheel.schedule import ScheduleCache, Timing, next_fire_after, parse_cron
-from tickwheel.schedule.explain import Window, explain_cron, render_text
+from tickwheel.schedule.explain import explain_cron, render_text
+from tickwheel.schedule.window import Window
 from tickwheel.shards.plan import JobEntry, plan_claims
 
 pytestmark = pytest.mark.unit
@@ -335,7 +336,7 @@ def test_an_overlap_skip_is_not_counted_and_does_not_end_the_job() -> None:
 def test_only_a_windows_end_deletes_a_job_whose_runs_ran_out_it_completes() -> None:
     """after_end 'delete' with max_runs: the claim of the last run completes the job (sending
     its document again must not start a new count); the leader deletes on a window's end"""
-    from tickwheel.shards.leader import _runs_used_up
+    from tickwheel.shards.plan import runs_used_up as _runs_used_up
 
     entry = _entry(None, NOW + 9 * HOUR, NOW + HOUR, after_end="delete", max_runs=2)
     assert _runs_used_up(entry, (2, NOW + HOUR + 1))

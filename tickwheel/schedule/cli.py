@@ -18,7 +18,7 @@ from tickwheel.cli_support import EXIT_BAD_INPUT, OneLineCommand
 from tickwheel.clock import format_seconds, now_ms
 from tickwheel.schedule.cron import DstGap, DstOverlap, parse_cron
 from tickwheel.schedule.errors import ScheduleError
-from tickwheel.schedule.explain import MisfireSettings, Window, explain_cron, render_text
+from tickwheel.schedule.explain import MisfireSettings, explain_cron, render_text
 from tickwheel.schedule.instants import parse_instant
 from tickwheel.schedule.misfire import (
     DEFAULT_GRACE_MS,
@@ -28,6 +28,7 @@ from tickwheel.schedule.misfire import (
     MisfirePolicy,
 )
 from tickwheel.schedule.next_fire import AfterEnd
+from tickwheel.schedule.window import Window
 
 EXIT_FEWER = 3  # exit code when fewer fire times than --count exist
 MAX_COUNT = 100_000  # instants one call may print (it computes them all before printing)

@@ -39,8 +39,8 @@ from tickwheel.schedule.misfire import (
     MisfirePolicy,
     plan_misfire,
 )
-from tickwheel.schedule.next_fire import in_window
 from tickwheel.schedule.wallclock import from_wall_s
+from tickwheel.schedule.window import Window, window_reasons
 from tickwheel.schedule.zones import Segment, ZoneTimeline, timeline
 
 GAP_WALL_TIMES_SHOWN = 3  # wall times of one gap named one by one; the rest are counted
@@ -119,27 +119,6 @@ class MisfireOutlook:
 
 
 @dataclass(frozen=True, slots=True)
-class Window:
-    """A cron job's active window: `start_at`, `end_at` (both inclusive; None: unbounded) and
-    `after_end` (None: complete)."""
-
-    start_ms: int | None = None
-    end_ms: int | None = None
-    after_end: str | None = None
-
-    def bound(self, next_after: Callable[[int], int | None]) -> Callable[[int], int | None]:
-        """`next_after` with no occurrence outside the window."""
-        return lambda t: in_window(next_after, t, self.start_ms, self.end_ms)
-
-    def to_dict(self, instant: Callable[[int], str] = format_utc) -> dict[str, Any]:
-        return {
-            "start_at": None if self.start_ms is None else instant(self.start_ms),
-            "end_at": None if self.end_ms is None else instant(self.end_ms),
-            "after_end": self.after_end or "complete",
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class Preview:
     """A schedule's next occurrences, each with why it is there."""
 
@@ -205,8 +184,9 @@ def explain_cron(
     for i, instant in enumerate(instants):
         occurrence = _occurrence(schedule, hashed, instant, previous_s)
         if window is not None:
-            reasons = _window_reasons(window, instant, i == 0, after_ms or now_ms, next_after)
-            if reasons:
+            found = window_reasons(window, instant, i == 0, after_ms or now_ms, next_after)
+            if found:
+                reasons = tuple(Reason(rule, text) for rule, text in found)
                 occurrence = replace(occurrence, reasons=occurrence.reasons + reasons)
         occurrences.append(occurrence)
         previous_s = instant // 1000
@@ -226,35 +206,6 @@ def explain_cron(
         hashed=hashed,
         window=window,
     )
-
-
-def _window_reasons(
-    window: Window,
-    instant: int,
-    first: bool,
-    since_ms: int,
-    next_after: Callable[[int], int | None],
-) -> tuple[Reason, ...]:
-    """The window's part in an occurrence: the first of a window not open at `since_ms`, and
-    the last one before its end."""
-    reasons = []
-    if first and window.start_ms is not None and window.start_ms > since_ms:
-        reasons.append(
-            Reason(
-                "start_at",
-                f"the window opens at {format_utc(window.start_ms)}: no occurrence before it",
-            )
-        )
-    if window.end_ms is not None and next_after(instant) is None:
-        then = "is deleted" if window.after_end == "delete" else "completes"
-        reasons.append(
-            Reason(
-                "end_at",
-                f"the last occurrence at or before end_at "
-                f"({format_utc(window.end_ms)}): after it the job {then}",
-            )
-        )
-    return tuple(reasons)
 
 
 def explain_once(
