@@ -76,6 +76,7 @@ __all__ = [
     "Limits",
     "Misfire",
     "MisfireValue",
+    "OpRefused",
     "OverlapValue",
     "PriorityValue",
     "Target",
@@ -100,6 +101,20 @@ class FieldProblem:
         if not self.field or self.message.startswith(self.field):
             return self.message
         return f"{self.field}: {self.message}"
+
+
+# The document's fields that mean something for a cron schedule only.
+CRON_ONLY = ("start_at", "end_at", "after_end", "pause_after_dead_runs", "max_runs", "calendars")
+
+
+class OpRefused(ValueError):
+    """An operation the store refused in its transaction; `field` names the input at fault
+    (a backfill's range, a calendar a job names that the tenant does not have)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
 
 
 class JobValidationError(ValueError):
@@ -422,6 +437,7 @@ def _window(doc: JobDocument) -> tuple[tuple[int | None, int | None], list[Field
         and doc.after_end is None
         and doc.pause_after_dead_runs is None
         and doc.max_runs is None
+        and doc.calendars is None
     ):
         return (None, None), []  # most jobs: nothing to check
     problems: list[FieldProblem] = []
@@ -440,7 +456,7 @@ def _window(doc: JobDocument) -> tuple[tuple[int | None, int | None], list[Field
     if doc.at is not None:
         problems += [
             FieldProblem(name, "applies to a cron schedule only; a one-off runs once, at 'at'")
-            for name in ("start_at", "end_at", "after_end", "pause_after_dead_runs", "max_runs")
+            for name in CRON_ONLY
             if getattr(doc, name) is not None
         ]
     elif doc.after_end is not None and doc.end_at is None:

@@ -31,6 +31,7 @@ from starlette.types import Receive, Scope, Send
 
 from tickwheel.clock import now_ms
 from tickwheel.registry_api.auth import KeyCache
+from tickwheel.registry_api.calendar_routes import calendars
 from tickwheel.registry_api.docs_page import install as install_docs
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.errors import install_error_handlers
@@ -78,6 +79,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(jobs)
     app.include_router(operations)
+    app.include_router(calendars)
     install_ops(app)  # /v1/ops/… and the /ui status page (ops/routes.py)
     install_ops_jobs(app, csrf_secret)  # the page's jobs list and actions (ops/routes_jobs.py)
     install_ops_views(app)  # one job, one run, the dead letters (ops/routes_views.py)

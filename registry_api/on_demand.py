@@ -42,7 +42,7 @@ from typing import Any
 from tickwheel.clock import format_ms
 from tickwheel.domain import run_key
 from tickwheel.queries import QUERIES
-from tickwheel.registry_api.document import FieldProblem, JobValidationError
+from tickwheel.registry_api.document import FieldProblem, JobValidationError, OpRefused
 from tickwheel.schedule import ScheduleCache, ScheduleError, Timing, next_fire_after
 from tickwheel.schedule.instants import parse_instant
 
@@ -163,13 +163,8 @@ def backfill_window(body: Any) -> BackfillRequest:
     return BackfillRequest(instants["from"], instants["to"])
 
 
-class BackfillRefused(ValueError):
+class BackfillRefused(OpRefused):
     """A backfill range that cannot be run; `field` names the input at fault."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 def retention_start_ms(now_ms: int, retention_days: int) -> int:

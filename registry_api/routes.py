@@ -96,11 +96,14 @@ operations = APIRouter(route_class=authenticated_first(authenticate_request))
 
 
 async def _applied(ctx: Registry, op: Op) -> Applied:
-    """Apply one op; 429 when one of the tenant's quotas refuses it."""
+    """Apply one op; 429 when one of the tenant's quotas refuses it, 422 naming the field when
+    an upsert names a calendar the tenant does not have."""
     [applied] = await ctx.store.apply([op])
     if applied.quota is not None:
         ctx.metrics.refused(op.tenant, applied.quota.quota)
         raise over_quota(applied.quota)
+    if applied.problem is not None and op.kind == RegistrationOp.UPSERT:
+        raise JobValidationError([FieldProblem(applied.problem.field, applied.problem.message)])
     return applied
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,7 @@ from tickwheel.clock import now_ms
 from tickwheel.domain import JobStatus, RunStatus
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api import on_demand
-from tickwheel.registry_api.document import JobSpec, spec_from_stored
+from tickwheel.registry_api.document import JobSpec, OpRefused, spec_from_stored
 from tickwheel.registry_api.on_demand import (
     Backfilled,
     BackfillPlan,
@@ -87,7 +87,8 @@ class Applied:
     outcome: Outcome
     job: StoredJob | None
     started: Triggered | Backfilled | None = None  # what a trigger or backfill did
-    problem: BackfillRefused | None = None  # why a backfill was refused (outcome REFUSED)
+    # Why the store refused it (outcome REFUSED): a backfill's range, an unknown calendar.
+    problem: OpRefused | None = None
     quota: QuotaRefusal | None = None  # the tenant's quota that refused it (outcome REFUSED)
 
 
@@ -142,6 +143,36 @@ class RegistryStore:
     def _spec_of(self, job: StoredJob) -> JobSpec:
         return job.spec or spec_from_stored(job.tenant, job.document, self.shards)
 
+    @staticmethod
+    async def _missing_calendars(conn: db.Conn, ops: Sequence[Op]) -> dict[int, OpRefused]:
+        """The upserts naming a calendar their tenant does not have, by index in `ops`, each
+        refused naming the field. The calendars found are share-locked until the batch ends,
+        so a calendar's delete waits for it and then sees the jobs it wrote (D-286)."""
+        named = {
+            (op.tenant, name)
+            for op in ops
+            if op.spec is not None and op.spec.document.calendars
+            for name in op.spec.document.calendars
+        }
+        if not named:
+            return {}
+        keys = sorted(named)
+        rows = await conn.fetch(
+            QUERIES["calendars_lock_named"], [k[0] for k in keys], [k[1] for k in keys]
+        )
+        found = {(r["tenant"], r["name"]) for r in rows}
+        missing: dict[int, OpRefused] = {}
+        for i, op in enumerate(ops):
+            names = op.spec.document.calendars if op.spec is not None else None
+            for j, name in enumerate(names or ()):
+                if (op.tenant, name) not in found:
+                    missing[i] = OpRefused(
+                        f"calendars.{j}",
+                        f"no calendar named {name!r}; create it first (PUT /v1/calendars/{name})",
+                    )
+                    break
+        return missing
+
     def plan_new(self, ops: Sequence[Op], now: int) -> NewJobsPlan:
         """Fold `ops` as if none of their jobs existed yet: pure CPU, on any thread.
 
@@ -161,13 +192,18 @@ class RegistryStore:
         ops: Sequence[Op],
         now: int,
         budget: Budget,
+        problems: Mapping[int, OpRefused] | None = None,
     ) -> list[Applied]:
         """Fold `ops` in order over `state` (changed in place), each one that is no replay
-        first admitted by the tenants' quotas: one refused changes nothing."""
+        first admitted by the tenants' quotas: one refused changes nothing, as does one
+        `problems` holds (by index: an upsert naming an unknown calendar)."""
         results = []
-        for op in ops:
+        for i, op in enumerate(ops):
             key = op.key
             before = state.get(key)
+            if problems and i in problems:
+                results.append(Applied(op, Outcome.REFUSED, before, problem=problems[i]))
+                continue
             new, outcome = apply(before, op, now, resume_from=self._spec_of)
             if outcome is not Outcome.REPLAY:
                 changes = outcome.changed and _registered(new) != _registered(before)
@@ -301,11 +337,12 @@ class RegistryStore:
             if quotas:
                 tenants = sorted({op.tenant for op in ops})
                 limited = await conn.fetch(QUERIES["tenant_quotas_lock"], tenants)
-            if plan is not None and not rows and not limited:
+            missing = await self._missing_calendars(conn, ops)
+            if plan is not None and not rows and not limited and not missing:
                 results, records, usage = list(plan.results), plan.records, plan.usage
             else:
                 budget = Budget(map(tenant_quotas, limited), limited[0]["now_us"] if limited else 0)
-                results, records = self._fold(ops, rows, now, budget)
+                results, records = self._fold(ops, rows, now, budget, missing)
                 usage = budget.changes()
             if records:
                 await conn.execute(QUERIES["jobs_stage_create"])
@@ -331,12 +368,17 @@ class RegistryStore:
         return results
 
     def _fold(
-        self, ops: Sequence[Op], rows: Sequence[asyncpg.Record], now: int, budget: Budget
+        self,
+        ops: Sequence[Op],
+        rows: Sequence[asyncpg.Record],
+        now: int,
+        budget: Budget,
+        problems: Mapping[int, OpRefused] | None = None,
     ) -> tuple[list[Applied], list[tuple[Any, ...]]]:
         """The batch's ops folded over its locked rows: results, and the COPY rows to write."""
         loaded = {(r["tenant"], r["job_id"]): stored_job(r) for r in rows}
         state: dict[tuple[str, str], StoredJob] = dict(loaded)
-        results = self._fold_into(state, ops, now, budget)
+        results = self._fold_into(state, ops, now, budget, problems)
         records = [
             row_tuple(job, self._spec_of(job), loaded[key].version if key in loaded else None)
             for key, job in state.items()

@@ -75,6 +75,7 @@ from tickwheel.kafka.producing import PublishError
 from tickwheel.queries import QUERIES
 from tickwheel.schedule import REASON_OVERLAP, ScheduleCache
 from tickwheel.shards import store
+from tickwheel.shards.calendars import CalendarBook
 from tickwheel.shards.claims import ClaimCombiner
 from tickwheel.shards.dbclock import DbClock
 from tickwheel.shards.fairness import TenantQueue
@@ -150,6 +151,8 @@ class Shared:
     claims: ClaimCombiner = field(init=False)
     # Where the claimed jobs' schedules stand, written off the claim (`positions.py`).
     positions: Positions = field(init=False)
+    # The tenants' exclusion calendars, loaded before any shard is led (`calendars.py`).
+    calendars: CalendarBook = field(default_factory=CalendarBook)
 
     def __post_init__(self) -> None:
         self.claims = ClaimCombiner(
@@ -412,7 +415,7 @@ class ShardLeader(HorizonHolding):
         assert self.lease is not None
         try:
             counts, runs_done = await store.plan_reads(self.s.pool, chunk)
-            batch = plan_claims(chunk, now, self.s.cache, counts, runs_done)
+            batch = plan_claims(chunk, now, self.s.cache, counts, runs_done, self.s.calendars)
             # One statement, fenced by itself, shared with the other leaders' claims made
             # meanwhile (claims.py, store.claim_many).
             claimed = await self.s.claims.claim(self.lease, batch)

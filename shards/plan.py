@@ -31,6 +31,7 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Protocol
 
 from tickwheel.clock import format_ms
 from tickwheel.domain import AfterEnd, JobKind, OverlapPolicy, RunStatus, job_key
@@ -66,6 +67,7 @@ class JobRules:
     end_ms: int | None = None
     after_end: str | None = None  # 'delete': the job is deleted after the window's last one
     max_runs: int | None = None  # the job completes after this many scheduled runs
+    calendars: tuple[str, ...] | None = None  # the tenant's exclusion calendars it names
 
 
 # Interned rules, held only while some entry uses them (a reload or an edit lets go of the old).
@@ -104,11 +106,12 @@ class JobEntry:
         end_ms: int | None = None,
         after_end: str | None = None,
         max_runs: int | None = None,
+        calendars: tuple[str, ...] | None = None,
     ) -> JobEntry:
         """An entry whose rules are the interned copy of these."""
         values = (
             kind, schedule, timezone, dst_gap, dst_overlap, misfire_policy, grace_ms,
-            max_catchup, overlap_policy, start_ms, end_ms, after_end, max_runs,
+            max_catchup, overlap_policy, start_ms, end_ms, after_end, max_runs, calendars,
         )  # fmt: skip
         rules = _RULES.get(values)
         if rules is None:
@@ -286,6 +289,32 @@ def _cap_runs(
     batch.counted[ids] = (counted + pending, max([expected, *batch.run_ms[first_row:]]) + 1)
 
 
+class Exclusions(Protocol):
+    """The tenants' calendars as a claim asks them (`shards.calendars.CalendarBook`)."""
+
+    def reason(self, tenant: str, names: Iterable[str], ms: int) -> str | None: ...
+
+
+def _excluded(
+    batch: ClaimBatch,
+    ids: tuple[str, str],
+    run: list[int],
+    names: tuple[str, ...],
+    calendars: Exclusions,
+) -> list[int]:
+    """The occurrences of `run` no calendar of the job excludes; the others are recorded
+    skipped with the calendar's reason, before the overlap policy and max_runs see the rest
+    (an excluded occurrence is not a run: it neither overlaps nor counts)."""
+    kept = []
+    for ms in run:
+        why = calendars.reason(ids[0], names, ms)
+        if why is None:
+            kept.append(ms)
+        else:
+            batch.add_run(ids, ms, RunStatus.SKIPPED, why, False)
+    return kept
+
+
 def span_reason(reason: str, end_ms: int) -> str:
     """The skip reason of a span's summary row: the reason and where the span ends."""
     return f"{reason}: every occurrence before {format_ms(end_ms)} skipped"
@@ -300,10 +329,12 @@ def plan_claims(
     cache: ScheduleCache,
     in_flight: dict[tuple[str, str], tuple[int, int]] | None = None,
     done: dict[tuple[str, str], tuple[int, int]] | None = None,
+    calendars: Exclusions | None = None,
 ) -> ClaimBatch:
     """Plan the claim of `due` at `now_ms`; `in_flight[(tenant, job_id)] = (running, buffered)`;
     `done[(tenant, job_id)] = (runs, since)`: a job with max_runs, its counted runs before this
-    claim and the instant its count starts at."""
+    claim and the instant its count starts at; `calendars`: what the jobs naming calendars are
+    excluded from (shards/calendars.py)."""
     batch = ClaimBatch()
     counts = in_flight or {}
     for entry in due:
@@ -336,6 +367,8 @@ def plan_claims(
         batch.next_ms.append(next_ms)
         batch.complete.append(next_ms is None)
         first_row = len(batch.run_status)
+        if rules.calendars is not None and calendars is not None:
+            run = _excluded(batch, ids, run, rules.calendars, calendars)
         if rules.overlap_policy == OverlapPolicy.ALLOW:
             for ms in run:
                 batch.add_run(ids, ms, RunStatus.PENDING, None, True)

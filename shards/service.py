@@ -151,6 +151,8 @@ class Scheduler:
         )
         async with self._pool.acquire() as conn:
             await self.shared.clock.sync(conn)
+        # Every calendar before any shard is led: a claim never decides without them.
+        await self.shared.calendars.poll(self._pool)
         self.election = Election(
             s.effective_zk,
             zk_root(s.topic_prefix),
@@ -165,6 +167,7 @@ class Scheduler:
         process.spawn("election", self._coordinate(process))
         process.spawn("feed", self.feed.run(process.stop))
         process.spawn("positions", self.shared.positions.run(process.stop))
+        process.spawn("calendars", self.shared.calendars.run(self._pool, process.stop))
         # The window's counts have a connection of their own: from the leaders' pool a count
         # waited for one about a second in a steady 5,000/s run, and a window that sees the
         # workers' progress a second late holds back what they could already run.

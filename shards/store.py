@@ -109,6 +109,7 @@ def entry_of(row: asyncpg.Record) -> JobEntry:
         end_ms=row["end_ms"],
         after_end=row["after_end"],
         max_runs=row["max_runs"],
+        calendars=tuple(row["calendars"]) if row["calendars"] else None,
     )
 
 

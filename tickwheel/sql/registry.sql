@@ -27,7 +27,7 @@ CREATE TEMP TABLE IF NOT EXISTS jobs_stage (
     overlap_policy text, dst_gap text, dst_overlap text, status text, next_run_at bigint,
     version bigint, document jsonb, intake_partition integer, intake_offset bigint,
     expected_version bigint, start_at bigint, end_at bigint, after_end text,
-    pause_after_dead_runs integer, max_runs integer
+    pause_after_dead_runs integer, max_runs integer, calendars text[]
 ) ON COMMIT DELETE ROWS
 
 -- jobs_write_batch --
@@ -52,7 +52,7 @@ WITH updated AS (
         start_at = 'epoch'::timestamptz + r.start_at * interval '1 millisecond',
         end_at = 'epoch'::timestamptz + r.end_at * interval '1 millisecond',
         after_end = r.after_end, pause_after_dead_runs = r.pause_after_dead_runs,
-        max_runs = r.max_runs,
+        max_runs = r.max_runs, calendars = r.calendars,
         -- max_runs counts from the job's next occurrence, past every run it has already (its
         -- leader writes where it stands later, so next_run_at may lag its claims), when a
         -- deleted job is registered again (a new job) and when a job gets max_runs: runs
@@ -77,7 +77,7 @@ WITH updated AS (
                       timeout_ms, misfire_policy, misfire_grace_ms, misfire_max_catchup,
                       overlap_policy, dst_gap, dst_overlap, status, next_run_at, version,
                       document, intake_partition, intake_offset, start_at, end_at, after_end,
-                      pause_after_dead_runs, max_runs, counted_through)
+                      pause_after_dead_runs, max_runs, counted_through, calendars)
     SELECT r.tenant, r.job_id, r.shard_id, r.kind, r.schedule,
            'epoch'::timestamptz + r.run_at * interval '1 millisecond',
            r.timezone, r.handler, r.target, r.payload, r.priority, r.max_attempts,
@@ -94,7 +94,8 @@ WITH updated AS (
                 THEN greatest(
                     'epoch'::timestamptz + r.next_run_at * interval '1 millisecond',
                     (SELECT max(x.scheduled_at) + interval '1 millisecond' FROM job_runs x
-                     WHERE x.tenant = r.tenant AND x.job_id = r.job_id)) END
+                     WHERE x.tenant = r.tenant AND x.job_id = r.job_id)) END,
+           r.calendars
     FROM jobs_stage r
     WHERE r.expected_version IS NULL
     ON CONFLICT (tenant, job_id) DO NOTHING
@@ -304,3 +305,56 @@ SELECT j.runs_done + (SELECT count(*) FROM job_runs r
                         AND r.scheduled_at >= coalesce(j.counted_through, j.created_at)
                         AND r.origin = 'schedule' AND r.status <> 'skipped') AS done
 FROM jobs j WHERE j.tenant = $1 AND j.job_id = $2
+
+-- calendars_lock_named --
+-- The calendars a batch's jobs name that exist (migration 0021), share-locked until the batch
+-- commits: a calendar's delete (`calendar_lock`, FOR UPDATE) waits, then sees the jobs.
+SELECT c.tenant, c.name
+FROM calendars c
+JOIN unnest($1::text[], $2::text[]) AS k(tenant, name) ON c.tenant = k.tenant AND c.name = k.name
+WHERE c.document IS NOT NULL
+ORDER BY c.tenant, c.name
+FOR SHARE OF c
+
+-- calendar_lock --
+-- A calendar's row (deleted ones too), locked for its write (registry_api/calendars.py).
+SELECT c.version, c.document::text AS document, c.intake_partition, c.intake_offset,
+       c.updated_at
+FROM calendars c WHERE c.tenant = $1 AND c.name = $2
+FOR UPDATE
+
+-- calendars_count_locking_tenant --
+-- The tenant's calendars, counted under its row's lock (FOR NO KEY UPDATE: a job's insert,
+-- whose foreign key share-locks the row, does not wait for it), so two creations in a race
+-- cannot both take the last place.
+SELECT (SELECT count(*) FROM calendars c WHERE c.tenant = t.name AND c.document IS NOT NULL)
+FROM tenants t WHERE t.name = $1
+FOR NO KEY UPDATE OF t
+
+-- calendar_write --
+-- Create, replace or delete (document NULL) a calendar; every write moves its version on and
+-- its change_xid, which the scheduler processes' poll reads (`calendars_changed_since`).
+INSERT INTO calendars AS c (tenant, name, document, intake_partition, intake_offset)
+VALUES ($1, $2, $3::jsonb, $4, $5)
+ON CONFLICT (tenant, name) DO UPDATE
+SET version = c.version + 1, document = EXCLUDED.document, change_xid = pg_current_xact_id(),
+    intake_partition = EXCLUDED.intake_partition, intake_offset = EXCLUDED.intake_offset,
+    updated_at = now()
+RETURNING c.version, c.document::text AS document, c.updated_at
+
+-- calendar_jobs --
+-- The jobs, not deleted, that name a calendar (a scan of the tenant's jobs: a calendar's
+-- delete is rare, and an index would cost every job write).
+SELECT j.job_id FROM jobs j
+WHERE j.tenant = $1 AND $2 = ANY (j.calendars) AND j.status <> 'deleted'
+ORDER BY j.job_id
+LIMIT $3
+
+-- calendar_get --
+SELECT c.version, c.document::text AS document, c.updated_at
+FROM calendars c WHERE c.tenant = $1 AND c.name = $2 AND c.document IS NOT NULL
+
+-- calendars_list --
+SELECT c.name, c.version, c.document::text AS document, c.updated_at
+FROM calendars c WHERE c.tenant = $1 AND c.document IS NOT NULL
+ORDER BY c.name

@@ -8,7 +8,7 @@ registry's (`registry_api/document.py`, `validate_job`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -28,6 +28,7 @@ from tickwheel.schedule import (
     MAX_CATCHUP_LIMIT,
     MAX_CATCHUP_MIN,
 )
+from tickwheel.schedule.calendars import CALENDAR_NAME_PATTERN, MAX_JOB_CALENDARS
 
 __all__ = [
     "BACKOFF_LIMIT_MS",
@@ -85,6 +86,9 @@ else:
     DstGapValue = literal_of(DstGap)
     DstOverlapValue = literal_of(DstOverlap)
     AfterEndValue = literal_of(AfterEnd)
+
+
+CalendarName = Annotated[str, Field(pattern=CALENDAR_NAME_PATTERN)]
 
 
 class StrictModel(BaseModel):
@@ -222,6 +226,13 @@ class JobDocument(StrictModel):
         description="cron jobs: the registry pauses the job after this many consecutive dead "
         "runs (counted from its last change), with a note saying so; absent: never",
     )
+    calendars: list[CalendarName] | None = Field(
+        None,
+        max_length=MAX_JOB_CALENDARS,
+        exclude_if=lambda v: v is None,
+        description="cron jobs: the tenant's exclusion calendars (`/v1/calendars`); an "
+        "occurrence any of them excludes is recorded skipped, naming the calendar and its rule",
+    )
     after_end: AfterEndValue | None = Field(
         None,
         exclude_if=lambda v: v is None,
@@ -239,3 +250,10 @@ class JobDocument(StrictModel):
         if job_id in (".", ".."):
             raise ValueError("must not be '.' or '..' (a URL cannot address such a job)")
         return job_id
+
+    @field_validator("calendars")
+    @classmethod
+    def _named_once(cls, names: list[str] | None) -> list[str] | None:
+        if names is not None and len(set(names)) != len(names):
+            raise ValueError("names a calendar more than once")
+        return names
