@@ -20,6 +20,7 @@ A deleted calendar keeps its row with no document: the leaders' poll sees the de
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -32,7 +33,7 @@ from tickwheel.clock import format_datetime
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import FieldProblem, JobValidationError
 from tickwheel.schedule import ScheduleError
-from tickwheel.schedule.calendars import CALENDAR_NAME_PATTERN, parse_calendar
+from tickwheel.schedule.calendars import CALENDAR_NAME_PATTERN, Calendar, parse_calendar
 from tickwheel.wire.calendar import CalendarDocument
 
 MAX_TENANT_CALENDARS = 100
@@ -210,6 +211,12 @@ async def _get(conn: Any, tenant: str, name: str) -> CalendarView | None:
 async def get(pool: asyncpg.Pool, tenant: str, name: str) -> CalendarView | None:
     async with pool.acquire() as conn:
         return await _get(conn, tenant, name)
+
+
+async def named(pool: asyncpg.Pool, tenant: str, names: Sequence[str]) -> dict[str, Calendar]:
+    """Those of `names` the tenant has, parsed (a job's preview)."""
+    rows = await pool.fetch(QUERIES["calendars_named"], tenant, list(names))
+    return {r["name"]: parse_calendar(r["name"], orjson.loads(r["document"])) for r in rows}
 
 
 async def list_all(pool: asyncpg.Pool, tenant: str) -> list[CalendarView]:

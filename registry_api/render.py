@@ -16,6 +16,7 @@ from tickwheel.registry_api.document import Backoff, Dst, JobDocument, JobSpec, 
 from tickwheel.registry_api.rows import JobView, RunView
 from tickwheel.runtime import PartState
 from tickwheel.schedule import SHARED
+from tickwheel.schedule.calendars import Calendar, excluded_by
 from tickwheel.schedule.explain import MisfireSettings, explain_cron, explain_once
 from tickwheel.schedule.window import Window
 
@@ -101,13 +102,19 @@ def parts_body(parts: Mapping[str, PartState]) -> dict[str, Any]:
 
 
 def preview_body(
-    view: JobView, spec: JobSpec, count: int, now_ms: int, runs_done: int | None = None
+    view: JobView,
+    spec: JobSpec,
+    count: int,
+    now_ms: int,
+    runs_done: int | None = None,
+    calendars: Mapping[str, Calendar] | None = None,
 ) -> dict[str, Any]:
     """The job's next `count` occurrences with why each is there (schedule/explain.py).
 
     An active job's list starts at its `next_run_at` (overdue or not: the misfire outlook says
     what a claim now does with it); a paused cron job's at what resuming now would schedule
-    (the paused time is not caught up); a completed one-off has none.
+    (the paused time is not caught up); a completed one-off has none. `calendars`: those of
+    the job's calendars that exist, by name; an occurrence one excludes says so.
     """
     doc = spec.document
     misfire = MisfireSettings(doc.misfire.policy, doc.misfire.grace_ms, doc.misfire.max_catchup)
@@ -129,23 +136,37 @@ def preview_body(
             first = next_after(now_ms)
         elif view.status == JobStatus.COMPLETED:  # its window ended
             first = None
+        named = [calendars[n] for n in doc.calendars or () if calendars and n in calendars]
         instants: list[int] = []
-        if doc.max_runs is not None:  # no more occurrences than runs left
-            count = min(count, max(0, doc.max_runs - (runs_done or 0)))
-        while first is not None and len(instants) < count:
+        # no more runs than are left (an excluded occurrence is not a run)
+        runs_left = None if doc.max_runs is None else max(0, doc.max_runs - (runs_done or 0))
+        while first is not None and len(instants) < count and runs_left != 0:
             instants.append(first)
+            if runs_left is not None and not (named and excluded_by(named, first)):
+                runs_left -= 1
             first = next_after(first)
         preview = explain_cron(
-            schedule, instants, after_ms=None, now_ms=now_ms, misfire=misfire, window=window
+            schedule,
+            instants,
+            after_ms=None,
+            now_ms=now_ms,
+            misfire=misfire,
+            window=window,
+            exclusions=(lambda ms: excluded_by(named, ms)) if named else None,
         )
     body = {"id": doc.id, "status": view.status, **preview.to_dict(format_ms), "runs": None}
+    body["calendars"] = None
+    if doc.calendars:
+        body["calendars"] = [
+            {"name": n, "exists": calendars is not None and n in calendars} for n in doc.calendars
+        ]
     if doc.max_runs is not None:
         done = runs_done or 0
         left = max(0, doc.max_runs - done)
         body["runs"] = {"max_runs": doc.max_runs, "done": done, "left": left}
-        occurrences = body["occurrences"]
-        if left and len(occurrences) == left:
-            occurrences[-1]["reasons"].append(
+        runs = [o for o in body["occurrences"] if o["excluded"] is None]
+        if left and len(runs) == left:
+            runs[-1]["reasons"].append(
                 {
                     "rule": "max_runs",
                     "text": f"run {doc.max_runs} of {doc.max_runs}, the last: after it the job "

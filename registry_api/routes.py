@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from tickwheel.domain import RegistrationOp, run_key
+from tickwheel.registry_api import calendars
 from tickwheel.registry_api.body import authenticated_first
 from tickwheel.registry_api.cursors import (
     CursorError,
@@ -219,7 +220,10 @@ async def preview_job(
     done = None
     if spec.document.max_runs is not None:
         done = await ctx.store.runs_done(tenant, job_id)
-    return JsonResponse(preview_body(view, spec, count, ctx.clock(), done))
+    named = None
+    if spec.document.calendars:
+        named = await calendars.named(ctx.store.pool, tenant, spec.document.calendars)
+    return JsonResponse(preview_body(view, spec, count, ctx.clock(), done, named))
 
 
 @jobs.patch(

@@ -166,6 +166,29 @@ async def test_a_calendar_jobs_name_is_not_deleted_unless_forced(api: Any) -> No
         assert (await client.get("/v1/calendars/c")).status_code == 404
         # the job still names it, and runs as if it excluded nothing
         assert (await client.get("/v1/jobs/b")).json()["calendars"] == ["c"]
+        preview = (await client.get("/v1/jobs/b/preview?count=7")).json()
+        assert preview["calendars"] == [{"name": "c", "exists": False}]
+        assert all(o["excluded"] is None for o in preview["occurrences"])
+
+
+async def test_the_preview_names_the_calendar_and_rule_excluding_an_occurrence(api: Any) -> None:
+    """of a week of daily occurrences, the Saturday is marked excluded with the calendar and
+    rule; the others are not"""
+    _, client = await _tenant(api)
+    async with client:
+        await client.put("/v1/calendars/weekend", json={"weekdays": ["sat"]})
+        job = {"id": "p", "schedule": "0 9 * * *", "handler": "demo.echo"}
+        await client.post("/v1/jobs", json={**job, "calendars": ["weekend"]})
+        preview = (await client.get("/v1/jobs/p/preview?count=7")).json()
+        assert preview["calendars"] == [{"name": "weekend", "exists": True}]
+        marked = {
+            dt.datetime.fromisoformat(o["at"]).weekday(): o["excluded"]
+            for o in preview["occurrences"]
+        }
+        assert marked.pop(5) == "calendar weekend: weekday sat (UTC)"
+        assert set(marked.values()) == {None} and len(marked) == 6
+        saturday = [o for o in preview["occurrences"] if o["excluded"]]
+        assert saturday[0]["reasons"][-1]["rule"] == "calendars"
 
 
 async def _put(sched: SchedEnv, name: str, doc: dict[str, Any]) -> None:

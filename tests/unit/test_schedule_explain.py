@@ -116,6 +116,7 @@ def test_json_carries_the_same_explanation_for_tools() -> None:
                         "to 03:00): shifted 02:30 → 03:00",
                     }
                 ],
+                "excluded": None,
             }
         ],
         "misfire": {

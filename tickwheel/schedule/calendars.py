@@ -36,6 +36,7 @@ __all__ = [
     "MAX_JOB_CALENDARS",
     "WEEKDAY_NAMES",
     "Calendar",
+    "excluded_by",
     "parse_calendar",
 ]
 
@@ -109,6 +110,14 @@ class Calendar:
                 if rule.holds(wall_s):
                     return f"cron {rule.expression!r} ({self.timezone})"
         return None
+
+
+def excluded_by(calendars: Sequence[Calendar], ms: int) -> str | None:
+    """Why the first of `calendars` that excludes `ms` does, or None."""
+    for calendar in calendars:
+        if (why := calendar.exclusion(ms)) is not None:
+            return why
+    return None
 
 
 def parse_calendar(name: str, doc: Mapping[str, Any]) -> Calendar:

@@ -10,12 +10,14 @@ on stderr says why, with exit code 3: a script that asked for N lines never gets
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 import orjson
 
 from tickwheel.cli_support import EXIT_BAD_INPUT, OneLineCommand
 from tickwheel.clock import format_seconds, now_ms
+from tickwheel.schedule.calendars import Calendar, excluded_by, parse_calendar
 from tickwheel.schedule.cron import DstGap, DstOverlap, parse_cron
 from tickwheel.schedule.errors import ScheduleError
 from tickwheel.schedule.explain import MisfireSettings, explain_cron, render_text
@@ -38,7 +40,22 @@ _OPTION_OF_FIELD = {
     "key": "--key",
     "after": "--after",
     "now": "--now",
+    "calendar": "--calendar",
 }
+
+
+def _calendar(path: str) -> Calendar:
+    """The calendar document in the file at `path`, named by the file's stem."""
+    try:
+        document = orjson.loads(Path(path).read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ScheduleError("calendar", f"{path}: not a readable JSON document ({exc})") from None
+    if not isinstance(document, dict):
+        raise ScheduleError("calendar", f"{path}: a calendar is a JSON object")
+    try:
+        return parse_calendar(Path(path).stem, document)
+    except ScheduleError as exc:
+        raise ScheduleError("calendar", f"{path}: {exc.field}: {exc.message}") from None
 
 
 def _fail(ctx: click.Context, exc: ScheduleError) -> None:
@@ -126,6 +143,14 @@ def cron() -> None:
     type=click.Choice([a.value for a in AfterEnd]),
     help="With --explain: the job's after_end (what becomes of it after its last fire time).",
 )
+@click.option(
+    "--calendar",
+    "calendar_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A calendar document (JSON, as PUT /v1/calendars/NAME takes; NAME is the file's "
+    "stem): fire times it excludes are marked. Repeatable.",
+)
 @click.pass_context
 def next_command(
     ctx: click.Context,
@@ -145,6 +170,7 @@ def next_command(
     start_at: str | None,
     end_at: str | None,
     after_end: str | None,
+    calendar_files: tuple[str, ...],
 ) -> None:
     """Print the next COUNT fire instants of EXPR, in UTC, one per line.
 
@@ -157,6 +183,7 @@ def next_command(
         after_ms = clock_ms if after is None else parse_instant(after, "after")
         start_ms = None if start_at is None else parse_instant(start_at, "start-at")
         end_ms = None if end_at is None else parse_instant(end_at, "end-at")
+        calendars = [_calendar(path) for path in calendar_files]
     except ScheduleError as exc:
         _fail(ctx, exc)
         return
@@ -178,6 +205,7 @@ def next_command(
             now_ms=clock_ms,
             misfire=MisfireSettings(misfire_policy, grace_ms, max_catchup),
             window=window,
+            exclusions=(lambda ms: excluded_by(calendars, ms)) if calendars else None,
         )
         if as_json:
             click.echo(orjson.dumps(preview.to_dict(), option=orjson.OPT_INDENT_2).decode())
@@ -185,7 +213,8 @@ def next_command(
             click.echo(render_text(preview), nl=False)
     else:
         for instant in instants:
-            click.echo(format_seconds(instant))
+            why = excluded_by(calendars, instant)
+            click.echo(format_seconds(instant) + ("" if why is None else f"  excluded: {why}"))
     if len(instants) < count:
         last = instants[-1] if instants else after_ms
         why = (

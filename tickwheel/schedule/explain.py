@@ -65,6 +65,7 @@ class Occurrence:
     offset: str  # the zone's UTC offset at the instant: +02:00
     abbreviation: str  # the zone's name for that offset: CEST
     reasons: tuple[Reason, ...] = ()
+    excluded: str | None = None  # the calendar and rule excluding it: recorded skipped
 
     def to_dict(self, instant: Callable[[int], str] = format_utc) -> dict[str, Any]:
         return {
@@ -73,6 +74,7 @@ class Occurrence:
             "offset": self.offset,
             "abbreviation": self.abbreviation,
             "reasons": [r.to_dict() for r in self.reasons],
+            "excluded": self.excluded,
         }
 
 
@@ -171,11 +173,13 @@ def explain_cron(
     now_ms: int,
     misfire: MisfireSettings | None = None,
     window: Window | None = None,
+    exclusions: Callable[[int], str | None] | None = None,
 ) -> Preview:
     """Explain `instants`, consecutive fire times of `schedule` (its `next_n`, or a job's
     `next_run_at` and the fires after it) within `window`. `after_ms`, when given, is where
     the list starts (exclusive): wall times skipped before the first instant are told on it
-    too."""
+    too. `exclusions(instant)`: the calendar and rule that exclude it (the job's calendars,
+    `tickwheel.schedule.calendars`), or None."""
     settings = misfire or MisfireSettings()
     hashed = tuple(hashed_items(schedule.expression, schedule.key))
     next_after = schedule.next_after if window is None else window.bound(schedule.next_after)
@@ -188,6 +192,10 @@ def explain_cron(
             if found:
                 reasons = tuple(Reason(rule, text) for rule, text in found)
                 occurrence = replace(occurrence, reasons=occurrence.reasons + reasons)
+        why = None if exclusions is None else exclusions(instant)
+        if why is not None:
+            excluded = Reason("calendars", f"excluded by {why}: recorded skipped, not run")
+            occurrence = replace(occurrence, reasons=(*occurrence.reasons, excluded), excluded=why)
         occurrences.append(occurrence)
         previous_s = instant // 1000
     outlook = None

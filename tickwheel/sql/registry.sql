@@ -358,3 +358,9 @@ FROM calendars c WHERE c.tenant = $1 AND c.name = $2 AND c.document IS NOT NULL
 SELECT c.name, c.version, c.document::text AS document, c.updated_at
 FROM calendars c WHERE c.tenant = $1 AND c.document IS NOT NULL
 ORDER BY c.name
+
+-- calendars_named --
+-- Those of some names that are the tenant's calendars (a job's preview).
+SELECT c.name, c.document::text AS document
+FROM calendars c
+WHERE c.tenant = $1 AND c.name = ANY ($2::text[]) AND c.document IS NOT NULL

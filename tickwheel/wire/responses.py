@@ -167,7 +167,8 @@ class PreviewReason(BaseModel):
     rule: str = Field(
         ...,
         description="the rule as the job document names it: 'dst.gap shift', 'dst.gap skip', "
-        "'dst.overlap first|last|both', 'interval', 'H', 'start_at', 'end_at', 'max_runs'",
+        "'dst.overlap first|last|both', 'interval', 'H', 'start_at', 'end_at', 'max_runs', "
+        "'calendars'",
     )
     text: str = Field(..., description="one sentence for people")
 
@@ -179,6 +180,11 @@ class PreviewOccurrence(BaseModel):
     abbreviation: str = Field(..., description="the zone's name for that offset, e.g. CEST")
     reasons: list[PreviewReason] = Field(
         ..., description="the DST and H rules that put it there (empty: its wall time as such)"
+    )
+    excluded: str | None = Field(
+        None,
+        description="the calendar and rule that exclude it: it is recorded skipped, not run "
+        "(null: it runs)",
     )
 
 
@@ -220,6 +226,13 @@ class PreviewRuns(BaseModel):
     left: int = Field(..., description="runs left before the job completes")
 
 
+class PreviewCalendar(BaseModel):
+    name: str
+    exists: bool = Field(
+        ..., description="false: deleted with force; the job runs as if it excluded nothing"
+    )
+
+
 class JobPreview(BaseModel):
     """The next occurrences of a job, each with why it is there (`GET /v1/jobs/{id}/preview`)."""
 
@@ -245,4 +258,7 @@ class JobPreview(BaseModel):
     )
     runs: PreviewRuns | None = Field(
         ..., description="the job's limited runs (null: no max_runs); occurrences stop at the last"
+    )
+    calendars: list[PreviewCalendar] | None = Field(
+        None, description="the exclusion calendars the job names (null: none)"
     )
