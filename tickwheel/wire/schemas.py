@@ -1,7 +1,7 @@
 """`python -m tickwheel.wire.schemas [--check] [DIR]`: the JSON Schema (2020-12) files of the wire.
 
 Writes, under DIR (default `docs/schemas` of this checkout), one file per Kafka message of
-`messages.MESSAGES` and one for the job document, each generated from the models the code uses.
+`messages.MESSAGES` and one each for the job and calendar documents, each generated from the models the code uses.
 `--check` writes nothing and exits 1 naming every file that differs from what the models give
 now (tests/unit/test_wire_schemas.py runs the same comparison).
 """
@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tickwheel.wire.calendar import CalendarDocument
 from tickwheel.wire.job import JobDocument
 from tickwheel.wire.messages import MESSAGES
 
@@ -32,6 +33,7 @@ def schemas() -> dict[str, dict[str, Any]]:
     """File name → schema, every file of docs/schemas/."""
     found = {f"{name}.schema.json": schema_of(model) for name, model in MESSAGES.items()}
     found["job-document.schema.json"] = schema_of(JobDocument)
+    found["calendar-document.schema.json"] = schema_of(CalendarDocument)
     return found
 
 
