@@ -1,9 +1,9 @@
 """`python -m tickwheel.wire.schemas [--check] [DIR]`: the JSON Schema (2020-12) files of the wire.
 
 Writes, under DIR (default `docs/schemas` of this checkout), one file per Kafka message of
-`messages.MESSAGES` and one each for the job and calendar documents, each generated from the models the code uses.
-`--check` writes nothing and exits 1 naming every file that differs from what the models give
-now (tests/unit/test_wire_schemas.py runs the same comparison).
+`messages.MESSAGES` and one each for the job and calendar documents, each generated from the
+models the code uses. `--check` writes nothing and exits 1 naming every file that differs from
+what the models give now (tests/unit/test_wire_schemas.py runs the same comparison).
 """
 
 from __future__ import annotations
