@@ -42,6 +42,7 @@ def test_each_staged_value_lands_in_its_named_column() -> None:
             "after_end": "delete",
             "pause_after_dead_runs": 3,
             "max_runs": 12,
+            "jitter_ms": 250,
         }
     )
     limits = Limits(target_allowlist=("https://hooks.acme.test/jobs",))
@@ -82,5 +83,6 @@ def test_each_staged_value_lands_in_its_named_column() -> None:
         "after_end": "delete",
         "pause_after_dead_runs": 3,
         "max_runs": 12,
+        "jitter_ms": 250,
     }
     assert orjson.loads(row["target"])["url"] == "https://hooks.acme.test/jobs/x"

@@ -52,6 +52,7 @@ def _row(version: int, next_ms: int | None, status: str = "active") -> dict[str,
         "end_ms": None,
         "after_end": None,
         "max_runs": None,
+        "jitter_ms": None,
     }
 
 
