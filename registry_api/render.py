@@ -136,7 +136,13 @@ def preview_body(
             instants.append(first)
             first = next_after(first)
         preview = explain_cron(
-            schedule, instants, after_ms=None, now_ms=now_ms, misfire=misfire, window=window
+            schedule,
+            instants,
+            after_ms=None,
+            now_ms=now_ms,
+            misfire=misfire,
+            window=window,
+            jitter=(spec.key, doc.jitter_ms) if doc.jitter_ms else None,
         )
     body = {"id": doc.id, "status": view.status, **preview.to_dict(format_ms), "runs": None}
     if doc.max_runs is not None:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tickwheel.clock import format_ms
 from tickwheel.envelopes.run import RunEnvelope, encode_run
 from tickwheel.registry_api.document import (
     JobValidationError,
@@ -26,6 +27,7 @@ from tickwheel.schedule import (
     plan_misfire,
     shortest_gap,
 )
+from tickwheel.schedule.explain import explain_cron
 from tickwheel.shards.dbclock import DbClock
 from tickwheel.shards.leader import LeaderConfig, ShardLeader, Shared
 from tickwheel.shards.plan import JobEntry, due_at, plan_claims
@@ -296,3 +298,41 @@ def test_a_malformed_due_is_refused_naming_the_field(bad: object) -> None:
     body["due"] = bad
     with pytest.raises(EnvelopeError, match="'due'"):
         RunEnvelope.decode(orjson.dumps(body))
+
+
+# --- the preview ------------------------------------------------------------------------------
+
+
+def test_the_preview_names_each_offset_and_the_instant_it_runs_at() -> None:
+    """explain_cron with the job's jitter gives each occurrence the pure function's offset,
+    its jittered instant (in ms) and a jitter_ms reason; the outlook waits for that instant"""
+    schedule = parse_cron("* * * * * *")
+    instants = schedule.next_n(T0, 3)
+    preview = explain_cron(schedule, instants, after_ms=T0, now_ms=T0, jitter=(KEY, 800))
+    body = preview.to_dict()
+    assert body["jitter_ms"] == 800
+    for instant, occurrence in zip(instants, body["occurrences"], strict=True):
+        offset = jitter_offset(KEY, instant, 800, instant + 1000)
+        assert occurrence["jitter"] == {"offset_ms": offset, "runs_at": format_ms(instant + offset)}
+        assert occurrence["reasons"][-1]["rule"] == "jitter_ms"
+    outlook = body["misfire"]
+    assert outlook["rule"] == "misfire.grace_ms" and "not due yet" in outlook["text"]
+    plain = explain_cron(schedule, instants, after_ms=T0, now_ms=T0).to_dict()
+    assert plain["jitter_ms"] is None and plain["occurrences"][0]["jitter"] is None
+
+
+def test_cron_next_explains_the_jitter_and_wants_a_key() -> None:
+    """`cron next --jitter-ms N --explain` names each offset; without --key it exits 2"""
+    from click.testing import CliRunner
+
+    from tickwheel.schedule.cli import cron
+
+    runner = CliRunner()
+    args = ["next", "* * * * * *", "--now", "2027-01-01T00:00:00Z", "--count", "2"]
+    out = runner.invoke(cron, [*args, "--key", KEY, "--jitter-ms", "800", "--json"])
+    assert out.exit_code == 0, out.output
+    first = orjson.loads(out.output)["occurrences"][0]
+    at = 1_798_761_601_000  # 2027-01-01T00:00:01Z
+    assert first["jitter"]["offset_ms"] == jitter_offset(KEY, at, 800, at + 1000)
+    refused = runner.invoke(cron, [*args, "--jitter-ms", "800", "--explain"])
+    assert refused.exit_code == 2 and "--jitter-ms" in refused.output

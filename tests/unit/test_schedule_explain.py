@@ -116,6 +116,7 @@ def test_json_carries_the_same_explanation_for_tools() -> None:
                         "to 03:00): shifted 02:30 → 03:00",
                     }
                 ],
+                "jitter": None,
             }
         ],
         "misfire": {
@@ -130,6 +131,7 @@ def test_json_carries_the_same_explanation_for_tools() -> None:
             "next_run_at": "2026-03-30T00:30:00Z",
         },
         "window": None,
+        "jitter_ms": None,
     }
 
 

@@ -167,9 +167,17 @@ class PreviewReason(BaseModel):
     rule: str = Field(
         ...,
         description="the rule as the job document names it: 'dst.gap shift', 'dst.gap skip', "
-        "'dst.overlap first|last|both', 'interval', 'H', 'start_at', 'end_at', 'max_runs'",
+        "'dst.overlap first|last|both', 'interval', 'H', 'start_at', 'end_at', 'max_runs', "
+        "'jitter_ms'",
     )
     text: str = Field(..., description="one sentence for people")
+
+
+class PreviewJitter(BaseModel):
+    offset_ms: int = Field(
+        ..., description="how long after its instant it runs: in [0, jitter_ms), below the next"
+    )
+    runs_at: str = Field(..., description="the instant it runs at, ISO-8601 UTC (milliseconds)")
 
 
 class PreviewOccurrence(BaseModel):
@@ -179,6 +187,11 @@ class PreviewOccurrence(BaseModel):
     abbreviation: str = Field(..., description="the zone's name for that offset, e.g. CEST")
     reasons: list[PreviewReason] = Field(
         ..., description="the DST and H rules that put it there (empty: its wall time as such)"
+    )
+    jitter: PreviewJitter | None = Field(
+        ...,
+        description="the job's jitter applied to it (null: no jitter_ms); the run keeps 'at' "
+        "as its scheduled instant",
     )
 
 
@@ -245,4 +258,7 @@ class JobPreview(BaseModel):
     )
     runs: PreviewRuns | None = Field(
         ..., description="the job's limited runs (null: no max_runs); occurrences stop at the last"
+    )
+    jitter_ms: int | None = Field(
+        ..., description="the job's jitter_ms (null: none); each occurrence says its offset"
     )
