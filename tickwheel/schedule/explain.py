@@ -488,7 +488,7 @@ def misfire_outlook(
         due, jitter_ms,
     )  # fmt: skip
     late = now_ms - runs_at
-    at: Callable[[int], int] = (lambda r: r) if due is None else due
+    due_of: Callable[[int], int] = (lambda r: r) if due is None else due
     span = plan.skipped_span
 
     def outlook(rule: str, text: str) -> MisfireOutlook:
@@ -536,14 +536,14 @@ def misfire_outlook(
                 f"{skipped}"
             )
     else:
-        caught_up = sum(1 for r in plan.run if at(r) < now_ms - settings.grace_ms)
+        caught_up = sum(1 for r in plan.run if due_of(r) < now_ms - settings.grace_ms)
         body = (
             f"the {_count(caught_up, 'oldest missed occurrence')} run, oldest first "
             f"(misfire.max_catchup {settings.max_catchup})"
         )
         if plan.skipped or span:
             body += f", and the rest are recorded skipped (reason max_catchup): {skipped}"
-    on_time = sum(1 for r in plan.run if at(r) >= now_ms - settings.grace_ms)
+    on_time = sum(1 for r in plan.run if due_of(r) >= now_ms - settings.grace_ms)
     if on_time:
         body += f"; {_count(on_time, 'occurrence')} within the grace run as usual"
     return outlook(f"misfire.policy {policy}", f"{head} {body}; {resumes}")
