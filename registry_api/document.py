@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from itertools import islice, takewhile
 from typing import Any
 
 import orjson
@@ -23,6 +24,8 @@ from tickwheel.idempotency_keys import TemplateError
 from tickwheel.idempotency_keys import parse as parse_template
 from tickwheel.idempotency_keys import render as render_key
 from tickwheel.schedule import (
+    GAP_SAMPLE,
+    GAP_SPAN_MS,
     SHARED,
     ScheduleError,
     Timing,
@@ -30,6 +33,7 @@ from tickwheel.schedule import (
     in_window,
     next_fire_after,
     parse_at,
+    shortest_gap,
 )
 from tickwheel.sharding import shard_of
 from tickwheel.target_rules import TargetError, check_headers, check_target_url
@@ -390,6 +394,8 @@ def _validate_job(tenant: str, doc: JobDocument, limits: Limits, now_ms: int) ->
                 )
             elif upcoming is None:
                 problems.append(FieldProblem("schedule", "has no future occurrence"))
+            elif doc.jitter_ms:
+                problems += _jitter_problems(doc, key, now_ms)
         except ScheduleError as exc:
             problems.append(FieldProblem(exc.field, exc.message))
     else:
@@ -438,6 +444,7 @@ def _window(doc: JobDocument) -> tuple[tuple[int | None, int | None], list[Field
         and doc.pause_after_dead_runs is None
         and doc.max_runs is None
         and doc.calendars is None
+        and not doc.jitter_ms
     ):
         return (None, None), []  # most jobs: nothing to check
     problems: list[FieldProblem] = []
@@ -459,6 +466,10 @@ def _window(doc: JobDocument) -> tuple[tuple[int | None, int | None], list[Field
             for name in CRON_ONLY
             if getattr(doc, name) is not None
         ]
+        if doc.jitter_ms:  # 0 is no jitter, on any job
+            problems.append(
+                FieldProblem("jitter_ms", "applies to a cron schedule only; a one-off runs at 'at'")
+            )
     elif doc.after_end is not None and doc.end_at is None:
         problems.append(
             FieldProblem("after_end", "needs end_at: without it the schedule never ends")
@@ -471,6 +482,30 @@ def _window(doc: JobDocument) -> tuple[tuple[int | None, int | None], list[Field
             )
         )
     return (start, end), problems
+
+
+def _jitter_problems(doc: JobDocument, key: str, now_ms: int) -> list[FieldProblem]:
+    """`jitter_ms` must be below the schedule's period: the shortest gap between consecutive
+    occurrences among the next `GAP_SAMPLE` after now within `GAP_SPAN_MS`, in the job's zone
+    with its DST policies (D-287; the active window aside, which only removes occurrences).
+    Computed on the parsed schedule rather than through the shared cache, whose windows the
+    walk would move on."""
+    jitter = doc.jitter_ms
+    assert doc.schedule is not None and jitter
+    schedule = SHARED.schedule(doc.schedule, doc.timezone, key, doc.dst.gap, doc.dst.overlap)
+    until = now_ms + GAP_SPAN_MS
+    sample = takewhile(lambda t: t <= until, islice(schedule.iter_after(now_ms), GAP_SAMPLE))
+    gap = shortest_gap(sample)
+    if gap is None or jitter < gap:
+        return []
+    return [
+        FieldProblem(
+            "jitter_ms",
+            f"must be below the schedule's period: its shortest gap between two consecutive "
+            f"occurrences is {gap} ms (among the next {GAP_SAMPLE}, within "
+            f"{GAP_SPAN_MS // 86_400_000} days); got {jitter}",
+        )
+    ]
 
 
 def _template_problems(tenant: str, doc: JobDocument, upcoming: int | None) -> list[FieldProblem]:

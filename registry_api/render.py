@@ -153,6 +153,7 @@ def preview_body(
             misfire=misfire,
             window=window,
             exclusions=(lambda ms: excluded_by(named, ms)) if named else None,
+            jitter=(spec.key, doc.jitter_ms) if doc.jitter_ms else None,
         )
     body = {"id": doc.id, "status": view.status, **preview.to_dict(format_ms), "runs": None}
     body["calendars"] = None

@@ -134,6 +134,7 @@ def row_tuple(job: StoredJob, spec: JobSpec, expected_version: int | None) -> tu
         doc.pause_after_dead_runs,
         doc.max_runs,
         doc.calendars,
+        doc.jitter_ms or None,  # 0 is no jitter, stored as none
     )
 
 

@@ -27,7 +27,14 @@ import asyncpg
 
 from tickwheel.domain import JobStatus, job_key, run_key
 from tickwheel.shards import store
-from tickwheel.shards.plan import NO_NEXT_MS, JobEntry, RetryEntry, deleted_at_end, next_fire
+from tickwheel.shards.plan import (
+    NO_NEXT_MS,
+    JobEntry,
+    RetryEntry,
+    deleted_at_end,
+    due_at,
+    next_fire,
+)
 from tickwheel.shards.positions import Position
 from tickwheel.wheel import TimingWheel
 
@@ -172,7 +179,10 @@ class HorizonHolding:
             return
         if entry is not None and next_ms < self.horizon_end_ms:
             entry.next_ms = next_ms
-            self.wheel.schedule(key, next_ms, entry)
+            # A jittered occurrence is claimed when it is due, after its instant (D-287); the
+            # entry keeps the scheduled one, which its row and the claim's fence name.
+            due = next_ms if not entry.rules.jitter_ms else due_at(self.s.cache, entry, next_ms)
+            self.wheel.schedule(key, due, entry)
             self.known.pop(key, None)
         else:
             self.wheel.cancel(key)

@@ -474,7 +474,15 @@ class ShardLeader(HorizonHolding):
             for status, leased in zip(batch.run_status, batch.run_leased, strict=True)
         ):
             self.sweeper.maybe_buffered = True
-        await self._publish(claimed.runs, "first")
+        runs = claimed.runs
+        if batch.due:  # jittered runs: the envelope says when each was due (D-287)
+            due = batch.due
+            runs = [
+                r if (at := due.get((r.tenant, r.job_id, r.scheduled_ms))) is None
+                else r._replace(due_ms=at)
+                for r in runs
+            ]  # fmt: skip
+        await self._publish(runs, "first")
 
     async def _claim_retries(self, chunk: Sequence[RetryEntry]) -> None:
         assert self.lease is not None
@@ -533,7 +541,14 @@ class ShardLeader(HorizonHolding):
         m = self.s.metrics
         m.published.labels(kind).inc(len(acked))
         if kind == "first":
-            observe_many(m.dispatch_lag, [max(0, acked_at - r.scheduled_ms) / 1000 for r in acked])
+            # From the instant each run was due: a jittered run's is after its scheduled one.
+            observe_many(
+                m.dispatch_lag,
+                [
+                    max(0, acked_at - (r.scheduled_ms if r.due_ms is None else r.due_ms)) / 1000
+                    for r in acked
+                ],
+            )
 
     # --- the sweeper ----------------------------------------------------------------------
 

@@ -21,7 +21,8 @@ class SchedulerMetrics:
         r = self.registry
         self.dispatch_lag = Histogram(
             "tickwheel_scheduler_dispatch_lag_seconds",
-            "Broker ack of a run's first publish minus its scheduled instant",
+            "Broker ack of a run's first publish minus the instant it was due (its scheduled "
+            "instant, delayed by its job's jitter)",
             buckets=LAG_BUCKETS_S,
             registry=r,
         )

@@ -161,7 +161,7 @@ class Outbox:
             key = run_key(run.tenant, run.job_id, run.scheduled_ms)
             value = encode_run(
                 key, run.tenant, run.job_id, run.scheduled_ms, run.attempt, epoch, run.priority,
-                run.payload, run.timeout_ms, run.handler, run.target, run.origin,
+                run.payload, run.timeout_ms, run.handler, run.target, run.origin, run.due_ms,
             )  # fmt: skip
             headers = run_headers(key, epoch_digits)
             if sealer is not None:

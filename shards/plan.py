@@ -11,7 +11,8 @@ Per due job:
     1. misfire (`tickwheel.schedule.plan_misfire`): which occurrences from the expected
        `next_run_at` up to `now` run, which are skipped (with reason), and the next one. The
        common case — on time, one occurrence due — takes a fast path with the same result and
-       one cached `next_after`;
+       one cached `next_after`. A job with jitter (D-287) is late, on time or not due yet by
+       the instant each occurrence was due (`due_at`), its runs keyed by the scheduled one;
     2. overlap (`decide_overlap`), for each occurrence to run, oldest first, against the job's
        runs in flight (`runs_in_flight`): run (pending, leased), buffer (pending without a
        lease: see below) or skip (reason "overlap");
@@ -41,6 +42,7 @@ from tickwheel.schedule import (
     ScheduleCache,
     decide_overlap,
     in_window,
+    jitter_offset,
     plan_misfire,
 )
 
@@ -68,6 +70,7 @@ class JobRules:
     after_end: str | None = None  # 'delete': the job is deleted after the window's last one
     max_runs: int | None = None  # the job completes after this many scheduled runs
     calendars: tuple[str, ...] | None = None  # the tenant's exclusion calendars it names
+    jitter_ms: int = 0  # each occurrence runs up to this much later (D-287; 0: none)
 
 
 # Interned rules, held only while some entry uses them (a reload or an edit lets go of the old).
@@ -107,11 +110,13 @@ class JobEntry:
         after_end: str | None = None,
         max_runs: int | None = None,
         calendars: tuple[str, ...] | None = None,
+        jitter_ms: int = 0,
     ) -> JobEntry:
         """An entry whose rules are the interned copy of these."""
         values = (
             kind, schedule, timezone, dst_gap, dst_overlap, misfire_policy, grace_ms,
             max_catchup, overlap_policy, start_ms, end_ms, after_end, max_runs, calendars,
+            jitter_ms,
         )  # fmt: skip
         rules = _RULES.get(values)
         if rules is None:
@@ -207,6 +212,9 @@ class ClaimBatch:
     # Jobs with max_runs: their counted runs after this claim, and the instant the count runs
     # through (exclusive), for the leader to write off the claim (positions.py `counted`).
     counted: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    # Jobs with jitter: (tenant, job_id, scheduled) → the instant the run was due, for each
+    # pending run whose offset is not 0 (the envelope's `due`, the dispatch lag).
+    due: dict[tuple[str, str, int], int] = field(default_factory=dict)
 
     def add_run(
         self, ids: tuple[str, str], ms: int, status: str, reason: str | None, leased: bool
@@ -241,6 +249,17 @@ def next_fire(cache: ScheduleCache, entry: JobEntry, after_ms: int) -> int | Non
         rules.start_ms,
         rules.end_ms,
     )
+
+
+def due_at(cache: ScheduleCache, entry: JobEntry, scheduled_ms: int) -> int:
+    """The instant the job's occurrence at `scheduled_ms` is due: delayed by its jitter
+    (`tickwheel.schedule.jitter`, D-287), never to its next occurrence. The wheel holds the
+    entry at this instant; a job without jitter is due at `scheduled_ms`."""
+    jitter = entry.rules.jitter_ms
+    if not jitter:
+        return scheduled_ms
+    following = next_fire(cache, entry, scheduled_ms)
+    return scheduled_ms + jitter_offset(entry.key, scheduled_ms, jitter, following)
 
 
 def deleted_at_end(entry: JobEntry, next_ms: int | None, counted: tuple[int, int] | None) -> bool:
@@ -315,6 +334,17 @@ def _excluded(
     return kept
 
 
+def _note_due(batch: ClaimBatch, cache: ScheduleCache, entry: JobEntry, first_row: int) -> None:
+    """The due instants of a jittered job's pending runs of this claim (from `first_row`)."""
+    ids = entry.ids
+    for i in range(first_row, len(batch.run_status)):
+        if batch.run_status[i] == RunStatus.PENDING:
+            ms = batch.run_ms[i]
+            due = due_at(cache, entry, ms)
+            if due != ms:
+                batch.due[(ids[0], ids[1], ms)] = due
+
+
 def span_reason(reason: str, end_ms: int) -> str:
     """The skip reason of a span's summary row: the reason and where the span ends."""
     return f"{reason}: every occurrence before {format_ms(end_ms)} skipped"
@@ -341,7 +371,11 @@ def plan_claims(
         expected = entry.next_ms
         rules = entry.rules
         following = next_fire(cache, entry, expected)
-        if now_ms - expected <= rules.grace_ms and (following is None or following > now_ms):
+        late = now_ms - expected
+        jitter = rules.jitter_ms
+        if jitter:  # late from the instant it was due (D-287)
+            late -= jitter_offset(entry.key, expected, jitter, following)
+        if late <= rules.grace_ms and (following is None or following > now_ms):
             run, skipped, next_ms, span = [expected], [], following, None
         else:
             plan = plan_misfire(
@@ -351,6 +385,8 @@ def plan_claims(
                 expected,
                 now_ms,
                 partial(next_fire, cache, entry),
+                partial(due_at, cache, entry) if jitter else None,
+                jitter,
             )
             run, skipped, next_ms, span = (
                 plan.run,
@@ -389,6 +425,8 @@ def plan_claims(
         if rules.max_runs is not None:
             counted, since = (done or {}).get(ids, (0, 0))
             _cap_runs(batch, ids, rules.max_runs, counted, since, first_row, expected)
+        if jitter:
+            _note_due(batch, cache, entry, first_row)
         if span is not None:
             batch.add_run(
                 ids,

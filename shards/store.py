@@ -71,6 +71,9 @@ class Dispatch(NamedTuple):
     payload: str  # JSON text
     timeout_ms: int
     origin: str = RunOrigin.SCHEDULE  # how the run came to be (job_runs.origin)
+    # unix ms: when a jittered occurrence was due (D-287), known to the claim that planned it;
+    # None: due at its scheduled instant, or published again by the sweeper.
+    due_ms: int | None = None
 
     def envelope(self, epoch: int) -> RunEnvelope:
         return RunEnvelope(
@@ -87,6 +90,7 @@ class Dispatch(NamedTuple):
             handler=self.handler,
             target=orjson.loads(self.target) if self.target is not None else None,
             origin=self.origin,
+            due=self.due_ms,
         )
 
 
@@ -110,6 +114,7 @@ def entry_of(row: asyncpg.Record) -> JobEntry:
         after_end=row["after_end"],
         max_runs=row["max_runs"],
         calendars=tuple(row["calendars"]) if row["calendars"] else None,
+        jitter_ms=row["jitter_ms"] or 0,
     )
 
 

@@ -153,7 +153,8 @@ class Claiming:
                     unclaimed.append(d)
                 continue
             del claims[d.run]  # a second delivery of this attempt in the batch is a duplicate
-            lateness.append(max(0, claim.started_ms - env.scheduled_at) / 1000)
+            due = env.scheduled_at if env.due is None else env.due  # jitter (D-287)
+            lateness.append(max(0, claim.started_ms - due) / 1000)
             self.leased[d.run] = claim.attempt
             opened += d.sealed
             self.start(d, claim)

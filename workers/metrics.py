@@ -34,7 +34,8 @@ class WorkerMetrics:
         )
         self.start_lateness = Histogram(
             "tickwheel_worker_start_lateness_seconds",
-            "Start minus the run's scheduled instant, seconds: the claim's time (database clock)"
+            "Start minus the instant the run was due (its scheduled instant, delayed by its job's"
+            " jitter), seconds: the claim's time (database clock)"
             " for a claimed run, this host's clock for one started without a claim",
             buckets=LATENESS_BUCKETS_S,
             registry=self.registry,

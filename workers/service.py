@@ -356,7 +356,9 @@ class Worker:
             )  # fmt: skip
             leased[run] = env.attempt
             unmarked[run] = (d, started)
-            lateness.append(max(0, started - env.scheduled_at) / 1000)
+            # From the instant the run was due: a jittered run's is after its scheduled one.
+            due = env.scheduled_at if env.due is None else env.due
+            lateness.append(max(0, started - due) / 1000)
             self._start(d, claim)
         if lateness:
             observe_many(self.metrics.start_lateness, lateness)

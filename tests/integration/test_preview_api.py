@@ -15,7 +15,7 @@ from tickwheel.clock import format_ms, now_ms
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.store import RegistryStore
-from tickwheel.schedule import parse_cron, parse_instant
+from tickwheel.schedule import jitter_offset, parse_cron, parse_instant
 from tickwheel.wire.responses import JobPreview
 
 pytestmark = pytest.mark.integration
@@ -247,3 +247,33 @@ async def test_a_windowed_job_over_http_previews_its_window_and_a_bad_one_is_a_4
             "end_at": format_ms(start + hour)}  # fmt: skip
     refused = await client.post("/v1/jobs", json=once)
     assert refused.status_code == 422 and "cron schedule only" in refused.text
+
+
+async def test_a_jittered_job_over_http_previews_its_offsets_and_a_bad_jitter_is_a_422(
+    client: httpx.AsyncClient,
+) -> None:
+    """a per-minute job with jitter_ms: the job answer carries it, the preview gives each
+    occurrence the leader's offset and the instant it runs at; a jitter not below the period,
+    or on a one-off, is a 422 naming jitter_ms"""
+    job = {"id": "spread", "schedule": "* * * * *", "handler": "demo.echo", "jitter_ms": 30_000}
+    body = await _preview(client, job, 3)
+    assert body["jitter_ms"] == 30_000
+    key = f"{client.headers['X-Test-Tenant']}/spread"
+    for occurrence in body["occurrences"]:
+        at = parse_instant(occurrence["at"], "at")
+        offset = jitter_offset(key, at, 30_000, at + 60_000)
+        assert occurrence["jitter"] == {"offset_ms": offset, "runs_at": format_ms(at + offset)}
+        assert occurrence["reasons"][-1]["rule"] == "jitter_ms"
+    stored = (await client.get("/v1/jobs/spread")).json()
+    assert stored["jitter_ms"] == 30_000
+    too_long = await client.post("/v1/jobs", json={**job, "id": "wide", "jitter_ms": 60_000})
+    assert too_long.status_code == 422, too_long.text
+    assert too_long.json()["detail"][0]["field"] == "jitter_ms"
+    assert "period" in too_long.text and "60000 ms" in too_long.text
+    once = {"id": "once", "at": format_ms(now_ms() + 3_600_000), "handler": "demo.echo",
+            "jitter_ms": 10}  # fmt: skip
+    refused = await client.post("/v1/jobs", json=once)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"][0]["field"] == "jitter_ms"
+    plain = await _preview(client, {"id": "plain", "schedule": "@hourly", "handler": "h.x"}, 1)
+    assert plain["jitter_ms"] is None and plain["occurrences"][0]["jitter"] is None

@@ -43,6 +43,7 @@ def test_each_staged_value_lands_in_its_named_column() -> None:
             "pause_after_dead_runs": 3,
             "max_runs": 12,
             "calendars": ["holidays", "lunch"],
+            "jitter_ms": 250,
         }
     )
     limits = Limits(target_allowlist=("https://hooks.acme.test/jobs",))
@@ -84,5 +85,6 @@ def test_each_staged_value_lands_in_its_named_column() -> None:
         "pause_after_dead_runs": 3,
         "max_runs": 12,
         "calendars": ["holidays", "lunch"],
+        "jitter_ms": 250,
     }
     assert orjson.loads(row["target"])["url"] == "https://hooks.acme.test/jobs/x"

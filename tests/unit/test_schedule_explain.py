@@ -117,6 +117,7 @@ def test_json_carries_the_same_explanation_for_tools() -> None:
                     }
                 ],
                 "excluded": None,
+                "jitter": None,
             }
         ],
         "misfire": {
@@ -131,6 +132,7 @@ def test_json_carries_the_same_explanation_for_tools() -> None:
             "next_run_at": "2026-03-30T00:30:00Z",
         },
         "window": None,
+        "jitter_ms": None,
     }
 
 

@@ -53,6 +53,7 @@ def _row(version: int, next_ms: int | None, status: str = "active") -> dict[str,
         "after_end": None,
         "max_runs": None,
         "calendars": None,
+        "jitter_ms": None,
     }
 
 

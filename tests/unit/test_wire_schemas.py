@@ -297,7 +297,15 @@ def test_every_registration_the_codec_writes_validates(reg: Registration) -> Non
 
 
 # Optional fields a message may carry as null; the codecs read null as absent and omit them.
-NULL_AS_ABSENT = ("origin", "worker", "version", "idempotency_key", "payload_omitted", "note")
+NULL_AS_ABSENT = (
+    "origin",
+    "worker",
+    "version",
+    "idempotency_key",
+    "payload_omitted",
+    "note",
+    "due",
+)
 
 
 def _as_written(sample: dict[str, Any]) -> dict[str, Any]:

@@ -69,6 +69,9 @@ class RunEnvelope(NamedTuple):
     target: dict[str, Any] | None = None
     # How the run came to be (domain.RunOrigin); None in envelopes of leaders before it existed.
     origin: str | None = None
+    # unix ms: the instant the run was due, after `scheduled_at` by its job's jitter (D-287);
+    # None when it was due at its scheduled instant (and in envelopes of older leaders).
+    due: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Written out rather than a generic conversion, which would copy the payload: a shard
@@ -91,6 +94,8 @@ class RunEnvelope(NamedTuple):
             body["handler"] = self.handler
         if self.origin is not None:
             body["origin"] = self.origin
+        if self.due is not None:
+            body["due"] = self.due
         return body
 
     def encode(self) -> bytes:
@@ -110,7 +115,7 @@ class RunEnvelope(NamedTuple):
         tenant, job_id, ms = get("tenant"), get("job_id"), get("scheduled_at")
         attempt, epoch, timeout = get("attempt"), get("epoch"), get("timeout_ms")
         handler, target, origin = get("handler"), get("target"), get("origin")
-        priority = get("priority")
+        priority, due = get("priority"), get("due")
         if (
             get("v") == RUN_ENVELOPE_VERSION
             and type(ms) is int  # a bool is no int here
@@ -126,6 +131,7 @@ class RunEnvelope(NamedTuple):
             and type(priority) is str  # before a set lookup: a list there is unhashable
             and priority in _PRIORITY_SET
             and (origin is None or (type(origin) is str and origin in _ORIGIN_SET))
+            and (due is None or (type(due) is int and INSTANT_MIN_MS <= due < INSTANT_MAX_MS))
             and (
                 (type(handler) is str and target is None)
                 or (handler is None and type(target) is dict)
@@ -136,7 +142,7 @@ class RunEnvelope(NamedTuple):
         ):
             return cls(
                 obj["run_key"], tenant, job_id, ms, attempt, epoch, priority,
-                get("payload"), timeout, handler, target, origin,
+                get("payload"), timeout, handler, target, origin, due,
             )  # fmt: skip
         return cls._checked(obj)
 
@@ -158,6 +164,7 @@ class RunEnvelope(NamedTuple):
             handler=take(obj, "handler", str, optional=True),
             target=take(obj, "target", dict, optional=True),
             origin=take_choice(obj, "origin", RUN_ORIGINS, optional=True),
+            due=take_int(obj, "due", INSTANT_MIN_MS, INSTANT_MAX_MS - 1, optional=True),
         )
         if (env.handler is None) == (env.target is None):
             raise EnvelopeError("exactly one of 'handler' and 'target' must be set")
@@ -198,10 +205,12 @@ def encode_run(
     handler: str | None,
     target_json: str | None,
     origin: str,
+    due: int | None = None,
 ) -> bytes:
     """The bytes of the run envelope a leader publishes, from a claimed row's values: `key` its
     run key (`domain.run_key`, which the caller puts in the header too), the payload and the
-    target as the JSON texts Postgres returned (`payload_json`, `target_json`).
+    target as the JSON texts Postgres returned (`payload_json`, `target_json`); `due` the
+    instant a jittered run was due at (None: its scheduled instant).
 
     Written out in one format string rather than built as a `RunEnvelope` and encoded: a
     leader encodes every run of a hot second, and the object, its dict and the generic encoder
@@ -222,13 +231,15 @@ def encode_run(
             handler=handler,
             target=None if target_json is None else orjson.Fragment(target_json),  # type: ignore[arg-type]
             origin=origin,
+            due=due,
         ).encode()
     content = f'"handler":"{handler}"' if target_json is None else f'"target":{target_json}'
+    end = "}" if due is None else f',"due":{due}}}'
     return (
         f'{{"v":{RUN_ENVELOPE_VERSION},"run_key":"{key}",'
         f'"tenant":"{tenant}","job_id":"{job_id}","scheduled_at":{scheduled_at},'
         f'"attempt":{attempt},"epoch":{epoch},"priority":"{priority}",'
-        f'"payload":{payload_json},"timeout_ms":{timeout_ms},{content},"origin":"{origin}"}}'
+        f'"payload":{payload_json},"timeout_ms":{timeout_ms},{content},"origin":"{origin}"{end}'
     ).encode()
 
 

@@ -2,9 +2,9 @@
 
 Cron expressions in IANA zones with DST policies and `H` fields (`cron`), one-off instants
 (`instants`), the cached evaluator shard leaders use on their hot path (`cache`), a job's
-next fire time asked of such a cache (`next_fire`), and the misfire and overlap decisions
-(`misfire`, `overlap`). Instants crossing this boundary are UTC
-integer milliseconds.
+next fire time asked of such a cache (`next_fire`), the misfire and overlap decisions
+(`misfire`, `overlap`), and the delay a job's jitter gives each occurrence (`jitter`).
+Instants crossing this boundary are UTC integer milliseconds.
 """
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ from tickwheel.schedule.cron import (
 from tickwheel.schedule.errors import ScheduleError
 from tickwheel.schedule.hashing import stable_hash
 from tickwheel.schedule.instants import format_utc, parse_at, parse_instant
+from tickwheel.schedule.jitter import (
+    GAP_SAMPLE,
+    GAP_SPAN_MS,
+    JITTER_MAX_MS,
+    jitter_offset,
+    shortest_gap,
+)
 from tickwheel.schedule.misfire import (
     DEFAULT_GRACE_MS,
     DEFAULT_MAX_CATCHUP,
@@ -61,6 +68,9 @@ __all__ = [
     "ALIASES",
     "DEFAULT_GRACE_MS",
     "DEFAULT_MAX_CATCHUP",
+    "GAP_SAMPLE",
+    "GAP_SPAN_MS",
+    "JITTER_MAX_MS",
     "MAX_CATCHUP_LIMIT",
     "MAX_CATCHUP_MIN",
     "PLAN_LIMIT",
@@ -87,6 +97,7 @@ __all__ = [
     "first_run_at",
     "format_utc",
     "in_window",
+    "jitter_offset",
     "load_zone",
     "next_fire_after",
     "parse_at",
@@ -97,6 +108,7 @@ __all__ = [
     "parse_misfire_policy",
     "parse_overlap_policy",
     "plan_misfire",
+    "shortest_gap",
     "stable_hash",
     "uses_key",
     "validate_misfire",

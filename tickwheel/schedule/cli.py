@@ -22,6 +22,7 @@ from tickwheel.schedule.cron import DstGap, DstOverlap, parse_cron
 from tickwheel.schedule.errors import ScheduleError
 from tickwheel.schedule.explain import MisfireSettings, explain_cron, render_text
 from tickwheel.schedule.instants import parse_instant
+from tickwheel.schedule.jitter import JITTER_MAX_MS
 from tickwheel.schedule.misfire import (
     DEFAULT_GRACE_MS,
     DEFAULT_MAX_CATCHUP,
@@ -138,6 +139,14 @@ def cron() -> None:
     help="The job's end_at, ISO-8601: no fire time after it.",
 )
 @click.option(
+    "--jitter-ms",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, JITTER_MAX_MS),
+    help="With --explain: the job's jitter_ms; each fire time says the offset it runs after "
+    "(needs --key: the offset hashes the job's key).",
+)
+@click.option(
     "--after-end",
     default=None,
     type=click.Choice([a.value for a in AfterEnd]),
@@ -171,6 +180,7 @@ def next_command(
     end_at: str | None,
     after_end: str | None,
     calendar_files: tuple[str, ...],
+    jitter_ms: int,
 ) -> None:
     """Print the next COUNT fire instants of EXPR, in UTC, one per line.
 
@@ -187,6 +197,12 @@ def next_command(
     except ScheduleError as exc:
         _fail(ctx, exc)
         return
+    if jitter_ms and key is None:
+        click.echo(
+            "Error: invalid --jitter-ms: needs --key tenant/job_id, the key its offsets hash.",
+            err=True,
+        )
+        ctx.exit(EXIT_BAD_INPUT)
     window = None
     next_after: Callable[[int], int | None] = schedule.next_after
     if start_ms is not None or end_ms is not None or after_end is not None:
@@ -206,6 +222,7 @@ def next_command(
             misfire=MisfireSettings(misfire_policy, grace_ms, max_catchup),
             window=window,
             exclusions=(lambda ms: excluded_by(calendars, ms)) if calendars else None,
+            jitter=(key, jitter_ms) if key is not None and jitter_ms else None,
         )
         if as_json:
             click.echo(orjson.dumps(preview.to_dict(), option=orjson.OPT_INDENT_2).decode())

@@ -15,9 +15,12 @@ rules that put it there, each named as the job document names it:
 
     start_at           the first occurrence of a window that has not opened yet
     end_at             the window's last occurrence: the job completes (or is deleted) after it
+    jitter_ms          the offset its job's jitter delays it by, and the instant it runs at
+                       (`jitter.py`, D-287)
 
 and, for the next due occurrence, what the misfire policy would do were it claimed now
-(`misfire.grace_ms`, `misfire.policy …`, as `misfire.py` plans it).
+(`misfire.grace_ms`, `misfire.policy …`, as `misfire.py` plans it; a jittered occurrence is
+late from the instant it runs at).
 
 Pure: a parsed `CronSchedule` (or a one-off instant), the instants and `now` in, a `Preview`
 out; nothing reads a clock. Instants are UTC integer milliseconds; wall times are the
@@ -31,8 +34,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from tickwheel.clock import format_ms
 from tickwheel.schedule.cron import CronSchedule, DstGap, DstOverlap, HashedItem, hashed_items
 from tickwheel.schedule.instants import format_utc
+from tickwheel.schedule.jitter import jitter_offset
 from tickwheel.schedule.misfire import (
     DEFAULT_GRACE_MS,
     DEFAULT_MAX_CATCHUP,
@@ -66,6 +71,7 @@ class Occurrence:
     abbreviation: str  # the zone's name for that offset: CEST
     reasons: tuple[Reason, ...] = ()
     excluded: str | None = None  # the calendar and rule excluding it: recorded skipped
+    jitter_ms: int | None = None  # the offset its job's jitter delays it by (None: no jitter)
 
     def to_dict(self, instant: Callable[[int], str] = format_utc) -> dict[str, Any]:
         return {
@@ -75,6 +81,15 @@ class Occurrence:
             "abbreviation": self.abbreviation,
             "reasons": [r.to_dict() for r in self.reasons],
             "excluded": self.excluded,
+            "jitter": (
+                None
+                if self.jitter_ms is None
+                # In milliseconds whatever `instant` writes: seconds would hide the offset.
+                else {
+                    "offset_ms": self.jitter_ms,
+                    "runs_at": format_ms(self.at_ms + self.jitter_ms),
+                }
+            ),
         }
 
 
@@ -135,6 +150,7 @@ class Preview:
     key: str | None = None
     hashed: tuple[HashedItem, ...] = field(default=())
     window: Window | None = None
+    jitter_ms: int | None = None  # the job's jitter_ms (None: none)
 
     def to_dict(self, instant: Callable[[int], str] = format_utc) -> dict[str, Any]:
         """JSON-ready; instants as `instant` writes them (the CLI's seconds by default)."""
@@ -155,6 +171,7 @@ class Preview:
             "occurrences": [o.to_dict(instant) for o in self.occurrences],
             "misfire": None if self.misfire is None else self.misfire.to_dict(instant),
             "window": None if self.window is None else self.window.to_dict(instant),
+            "jitter_ms": self.jitter_ms,
         }
 
 
@@ -174,15 +191,24 @@ def explain_cron(
     misfire: MisfireSettings | None = None,
     window: Window | None = None,
     exclusions: Callable[[int], str | None] | None = None,
+    jitter: tuple[str, int] | None = None,
 ) -> Preview:
     """Explain `instants`, consecutive fire times of `schedule` (its `next_n`, or a job's
     `next_run_at` and the fires after it) within `window`. `after_ms`, when given, is where
     the list starts (exclusive): wall times skipped before the first instant are told on it
     too. `exclusions(instant)`: the calendar and rule that exclude it (the job's calendars,
-    `tickwheel.schedule.calendars`), or None."""
+    `tickwheel.schedule.calendars`), or None. `jitter`: the job's key and its jitter_ms (the
+    key the offsets hash; the schedule's own names the job only when the expression has `H`)."""
     settings = misfire or MisfireSettings()
     hashed = tuple(hashed_items(schedule.expression, schedule.key))
     next_after = schedule.next_after if window is None else window.bound(schedule.next_after)
+    due: Callable[[int], int] | None = None
+    if jitter is not None and jitter[1]:
+        key, jitter_ms = jitter
+
+        def due(s: int) -> int:
+            return s + jitter_offset(key, s, jitter_ms, next_after(s))
+
     occurrences = []
     previous_s = None if after_ms is None else after_ms // 1000
     for i, instant in enumerate(instants):
@@ -196,11 +222,19 @@ def explain_cron(
         if why is not None:
             excluded = Reason("calendars", f"excluded by {why}: recorded skipped, not run")
             occurrence = replace(occurrence, reasons=(*occurrence.reasons, excluded), excluded=why)
+        if due is not None and jitter is not None:
+            offset = due(instant) - instant
+            reason = _jitter_reason(instant, offset, jitter[1])
+            occurrence = replace(
+                occurrence, reasons=(*occurrence.reasons, reason), jitter_ms=offset
+            )
         occurrences.append(occurrence)
         previous_s = instant // 1000
     outlook = None
     if instants:
-        outlook = misfire_outlook(settings, instants[0], now_ms, next_after)
+        outlook = misfire_outlook(
+            settings, instants[0], now_ms, next_after, due, jitter[1] if jitter else 0
+        )
     return Preview(
         timezone=schedule.timezone,
         occurrences=tuple(occurrences),
@@ -213,7 +247,18 @@ def explain_cron(
         key=schedule.key,
         hashed=hashed,
         window=window,
+        jitter_ms=jitter[1] if jitter is not None and jitter[1] else None,
     )
+
+
+def _jitter_reason(instant: int, offset: int, jitter_ms: int) -> Reason:
+    """The jitter's part in an occurrence: when it runs, and why there."""
+    text = (
+        f"runs {offset} ms after its instant, at {format_ms(instant + offset)}: an offset in "
+        f"[0, {jitter_ms}) ms that the job and this instant decide, the same on every leader; "
+        "the run keeps its instant"
+    )
+    return Reason("jitter_ms", text)
 
 
 def explain_once(
@@ -417,15 +462,25 @@ def misfire_outlook(
     due_ms: int,
     now_ms: int,
     next_after: Callable[[int], int | None],
+    due: Callable[[int], int] | None = None,
+    jitter_ms: int = 0,
 ) -> MisfireOutlook:
     """What a claim at `now_ms` would do with the occurrence due at `due_ms` (the job's
-    `next_run_at`) and those after it up to now: `plan_misfire`, told in words."""
+    `next_run_at`) and those after it up to now: `plan_misfire`, told in words. A jittered
+    job passes `due` and its `jitter_ms` (`plan_misfire`): lateness counts from the instant
+    each occurrence runs at."""
     grace = f"misfire.grace_ms ({settings.grace_ms} ms)"
-    if due_ms > now_ms:
+    runs_at = due_ms if due is None else due(due_ms)
+    if runs_at > now_ms:
+        at = (
+            "its instant"
+            if due is None
+            else f"the instant its jitter gives it ({format_ms(runs_at)})"
+        )
         return MisfireOutlook(
             rule="misfire.grace_ms",
             text=(
-                f"not due yet ({_duration(due_ms - now_ms)} from now): claimed at its instant or "
+                f"not due yet ({_duration(runs_at - now_ms)} from now): claimed at {at} or "
                 f"within {grace} after, it runs; later than that, misfire.policy "
                 f"{settings.policy} decides"
             ),
@@ -437,9 +492,11 @@ def misfire_outlook(
             next_run_at=due_ms,
         )
     plan = plan_misfire(
-        settings.policy, settings.grace_ms, settings.max_catchup, due_ms, now_ms, next_after
-    )
-    late = now_ms - due_ms
+        settings.policy, settings.grace_ms, settings.max_catchup, due_ms, now_ms, next_after,
+        due, jitter_ms,
+    )  # fmt: skip
+    late = now_ms - runs_at
+    due_of: Callable[[int], int] = (lambda r: r) if due is None else due
     span = plan.skipped_span
 
     def outlook(rule: str, text: str) -> MisfireOutlook:
@@ -487,14 +544,14 @@ def misfire_outlook(
                 f"{skipped}"
             )
     else:
-        caught_up = sum(1 for r in plan.run if r < now_ms - settings.grace_ms)
+        caught_up = sum(1 for r in plan.run if due_of(r) < now_ms - settings.grace_ms)
         body = (
             f"the {_count(caught_up, 'oldest missed occurrence')} run, oldest first "
             f"(misfire.max_catchup {settings.max_catchup})"
         )
         if plan.skipped or span:
             body += f", and the rest are recorded skipped (reason max_catchup): {skipped}"
-    on_time = sum(1 for r in plan.run if r >= now_ms - settings.grace_ms)
+    on_time = sum(1 for r in plan.run if due_of(r) >= now_ms - settings.grace_ms)
     if on_time:
         body += f"; {_count(on_time, 'occurrence')} within the grace run as usual"
     return outlook(f"misfire.policy {policy}", f"{head} {body}; {resumes}")
@@ -560,6 +617,11 @@ def render_text(preview: Preview) -> str:
         lines.append(
             f"window {window['start_at'] or '(open)'} .. {window['end_at'] or '(open)'}, "
             f"after_end {window['after_end']}"
+        )
+    if preview.jitter_ms:
+        lines.append(
+            f"jitter_ms {preview.jitter_ms}: each fire time runs up to that much later, the run "
+            "keeping its instant"
         )
     for occurrence in preview.occurrences:
         lines.append(

@@ -103,27 +103,52 @@ def plan_misfire(
     expected_ms: int,
     now_ms: int,
     next_after: Callable[[int], int | None],
+    due: Callable[[int], int] | None = None,
+    jitter_ms: int = 0,
 ) -> MisfirePlan:
     """Plan the occurrences of a job from `expected_ms` (its `next_run_at`) up to `now_ms`.
 
     `next_after(t)` gives the job's first occurrence strictly after `t` (for a one-off job,
     always None). Before `expected_ms` is due the plan is empty and keeps `next_run_at`.
+
+    A job with jitter (`jitter.py`, D-287) passes `due(s)`, the instant its occurrence
+    scheduled at `s` is due (`s <= due(s) < s + jitter_ms`, and before the next occurrence):
+    an occurrence is then on time, late or not due yet by its due instant, while the plan
+    still names it by its scheduled one.
     """
     mode = validate_misfire(policy, grace_ms, max_catchup)
     if now_ms < expected_ms:
         return MisfirePlan(run=[], skipped=[], next_run_at=expected_ms)
-    late_before = now_ms - grace_ms  # an occurrence before this instant is a misfire
+    late_before = now_ms - grace_ms  # an occurrence due before this instant is a misfire
     misfires: list[int] = []
     occurrence: int | None = expected_ms
-    while occurrence is not None and occurrence < late_before and len(misfires) < PLAN_LIMIT:
+    while (
+        occurrence is not None
+        and (occurrence if due is None else due(occurrence)) < late_before
+        and len(misfires) < PLAN_LIMIT
+    ):
         misfires.append(occurrence)
         occurrence = next_after(occurrence)
     span_start: int | None = None
-    if occurrence is not None and occurrence < late_before:
+    span_end = late_before
+    if occurrence is not None and (occurrence if due is None else due(occurrence)) < late_before:
         span_start = occurrence
-        occurrence = next_after(late_before - 1)
+        if due is None:
+            occurrence = next_after(late_before - 1)
+        else:
+            # One scheduled before `late_before` may be due after it: jump short of the end by
+            # the jitter, then walk to the first occurrence due at or after it.
+            occurrence = next_after(max(span_start, late_before - jitter_ms))
+            while occurrence is not None and due(occurrence) < late_before:
+                occurrence = next_after(occurrence)
+            if occurrence is not None:
+                span_end = min(span_end, occurrence)
     on_time: list[int] = []
-    while occurrence is not None and occurrence <= now_ms and len(on_time) < PLAN_LIMIT:
+    while (
+        occurrence is not None
+        and (occurrence if due is None else due(occurrence)) <= now_ms
+        and len(on_time) < PLAN_LIMIT
+    ):
         on_time.append(occurrence)
         occurrence = next_after(occurrence)
 
@@ -138,7 +163,7 @@ def plan_misfire(
         skipped=[(instant, reason) for instant in skipped],
         next_run_at=occurrence,
         skipped_span=(
-            SkippedSpan(start_ms=span_start, end_ms=late_before, reason=reason)
+            SkippedSpan(start_ms=span_start, end_ms=span_end, reason=reason)
             if span_start is not None
             else None
         ),

@@ -27,7 +27,7 @@ CREATE TEMP TABLE IF NOT EXISTS jobs_stage (
     overlap_policy text, dst_gap text, dst_overlap text, status text, next_run_at bigint,
     version bigint, document jsonb, intake_partition integer, intake_offset bigint,
     expected_version bigint, start_at bigint, end_at bigint, after_end text,
-    pause_after_dead_runs integer, max_runs integer, calendars text[]
+    pause_after_dead_runs integer, max_runs integer, calendars text[], jitter_ms integer
 ) ON COMMIT DELETE ROWS
 
 -- jobs_write_batch --
@@ -52,7 +52,7 @@ WITH updated AS (
         start_at = 'epoch'::timestamptz + r.start_at * interval '1 millisecond',
         end_at = 'epoch'::timestamptz + r.end_at * interval '1 millisecond',
         after_end = r.after_end, pause_after_dead_runs = r.pause_after_dead_runs,
-        max_runs = r.max_runs, calendars = r.calendars,
+        max_runs = r.max_runs, calendars = r.calendars, jitter_ms = r.jitter_ms,
         -- max_runs counts from the job's next occurrence, past every run it has already (its
         -- leader writes where it stands later, so next_run_at may lag its claims), when a
         -- deleted job is registered again (a new job) and when a job gets max_runs: runs
@@ -77,7 +77,7 @@ WITH updated AS (
                       timeout_ms, misfire_policy, misfire_grace_ms, misfire_max_catchup,
                       overlap_policy, dst_gap, dst_overlap, status, next_run_at, version,
                       document, intake_partition, intake_offset, start_at, end_at, after_end,
-                      pause_after_dead_runs, max_runs, counted_through, calendars)
+                      pause_after_dead_runs, max_runs, counted_through, calendars, jitter_ms)
     SELECT r.tenant, r.job_id, r.shard_id, r.kind, r.schedule,
            'epoch'::timestamptz + r.run_at * interval '1 millisecond',
            r.timezone, r.handler, r.target, r.payload, r.priority, r.max_attempts,
@@ -95,7 +95,7 @@ WITH updated AS (
                     'epoch'::timestamptz + r.next_run_at * interval '1 millisecond',
                     (SELECT max(x.scheduled_at) + interval '1 millisecond' FROM job_runs x
                      WHERE x.tenant = r.tenant AND x.job_id = r.job_id)) END,
-           r.calendars
+           r.calendars, r.jitter_ms
     FROM jobs_stage r
     WHERE r.expected_version IS NULL
     ON CONFLICT (tenant, job_id) DO NOTHING

@@ -17,7 +17,7 @@ SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
        j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy,
        (extract(epoch FROM j.start_at) * 1000)::bigint AS start_ms,
        (extract(epoch FROM j.end_at) * 1000)::bigint AS end_ms, j.after_end, j.max_runs,
-       j.calendars,
+       j.calendars, j.jitter_ms,
        (extract(epoch FROM j.updated_at) * 1000)::bigint AS updated_at,
        j.change_xid::text AS change_xid
 FROM jobs j
@@ -87,7 +87,7 @@ SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
        j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy,
        (extract(epoch FROM j.start_at) * 1000)::bigint AS start_ms,
        (extract(epoch FROM j.end_at) * 1000)::bigint AS end_ms, j.after_end, j.max_runs,
-       j.calendars,
+       j.calendars, j.jitter_ms,
        (SELECT (extract(epoch FROM r.scheduled_at) * 1000)::bigint FROM job_runs r
         WHERE j.next_run_at <= now() AND r.tenant = j.tenant AND r.job_id = j.job_id
           AND r.scheduled_at >= j.next_run_at AND r.origin = 'schedule'
@@ -117,7 +117,7 @@ SELECT j.tenant, j.job_id, j.shard_id, j.status, j.version,
        j.misfire_grace_ms, j.misfire_max_catchup, j.overlap_policy,
        (extract(epoch FROM j.start_at) * 1000)::bigint AS start_ms,
        (extract(epoch FROM j.end_at) * 1000)::bigint AS end_ms, j.after_end, j.max_runs,
-       j.calendars
+       j.calendars, j.jitter_ms
 FROM jobs j
 JOIN unnest($1::text[], $2::text[]) AS k(tenant, job_id)
   ON j.tenant = k.tenant AND j.job_id = k.job_id

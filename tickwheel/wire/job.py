@@ -25,6 +25,7 @@ from tickwheel.domain import (
 from tickwheel.schedule import (
     DEFAULT_GRACE_MS,
     DEFAULT_MAX_CATCHUP,
+    JITTER_MAX_MS,
     MAX_CATCHUP_LIMIT,
     MAX_CATCHUP_MIN,
 )
@@ -217,6 +218,16 @@ class JobDocument(StrictModel):
         exclude_if=lambda v: v is None,
         description="cron jobs: the job completes after this many scheduled runs (skipped "
         "occurrences, triggers, backfills and replays are not counted); absent: no limit",
+    )
+    jitter_ms: int | None = Field(
+        None,
+        ge=0,
+        le=JITTER_MAX_MS,
+        exclude_if=lambda v: v is None,
+        description="cron jobs: each occurrence runs up to this many ms after its scheduled "
+        "instant, by an offset its job and instant decide (the same in every preview); below "
+        "the schedule's shortest gap between occurrences; the run keeps its scheduled "
+        "instant; absent or 0: none",
     )
     pause_after_dead_runs: int | None = Field(
         None,

@@ -295,6 +295,11 @@ class RunFields(StrictModel):
     origin: OriginValue | None = Field(
         None, description="how the run came to be; absent in envelopes of older leaders"
     )
+    due: UnixMs | None = Field(
+        None,
+        description="the instant the run was due: scheduled_at delayed by its job's jitter_ms "
+        "(a worker measures its start lateness from it); absent: due at scheduled_at",
+    )
 
 
 class HandlerRun(RunFields):

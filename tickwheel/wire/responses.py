@@ -168,9 +168,16 @@ class PreviewReason(BaseModel):
         ...,
         description="the rule as the job document names it: 'dst.gap shift', 'dst.gap skip', "
         "'dst.overlap first|last|both', 'interval', 'H', 'start_at', 'end_at', 'max_runs', "
-        "'calendars'",
+        "'calendars', 'jitter_ms'",
     )
     text: str = Field(..., description="one sentence for people")
+
+
+class PreviewJitter(BaseModel):
+    offset_ms: int = Field(
+        ..., description="how long after its instant it runs: in [0, jitter_ms), below the next"
+    )
+    runs_at: str = Field(..., description="the instant it runs at, ISO-8601 UTC (milliseconds)")
 
 
 class PreviewOccurrence(BaseModel):
@@ -185,6 +192,11 @@ class PreviewOccurrence(BaseModel):
         None,
         description="the calendar and rule that exclude it: it is recorded skipped, not run "
         "(null: it runs)",
+    )
+    jitter: PreviewJitter | None = Field(
+        ...,
+        description="the job's jitter applied to it (null: no jitter_ms); the run keeps 'at' "
+        "as its scheduled instant",
     )
 
 
@@ -261,4 +273,7 @@ class JobPreview(BaseModel):
     )
     calendars: list[PreviewCalendar] | None = Field(
         None, description="the exclusion calendars the job names (null: none)"
+    )
+    jitter_ms: int | None = Field(
+        ..., description="the job's jitter_ms (null: none); each occurrence says its offset"
     )
