@@ -17,8 +17,19 @@ import click
 import orjson
 
 from tickwheel.cli_support import BadInput, command, emit_json, listing, settings, with_pool
+from tickwheel.registry_api.ops.forms import checked_tenant
 
-_TENANT = click.option("--tenant", required=True, help="The calendars' tenant.")
+
+def _tenant_option(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        return checked_tenant(value)
+    except BadInput as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+_TENANT = click.option(
+    "--tenant", required=True, callback=_tenant_option, help="The calendars' tenant."
+)
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
