@@ -400,7 +400,7 @@ def test_the_client_guide_s_examples_run_as_written(
         monkeypatch.setenv(name, value)
     guide = CLIENT_MD.read_text()
     examples = PYTHON_BLOCK.findall(guide)
-    assert len(examples) == 4
+    assert len(examples) == 5
     for n, code in enumerate(examples, 1):
         exec(compile(code, f"docs/CLIENT.md example {n}", "exec"), {"__name__": "__main__"})
     out = capsys.readouterr().out
@@ -410,6 +410,9 @@ def test_the_client_guide_s_examples_run_as_written(
     assert ran.endswith(" succeeded attempt 1 origin trigger")
     assert "refused: priority - Input should be 'high', 'normal' or 'low'" in lines
     assert "not found: there is no job with id 'no-such-job'" in lines
+    assert "calendar holidays version 1" in lines
+    assert "still named by ['payroll']" in lines
+    assert "calendars ['holidays']" in lines
     assert "job nightly-report 30 2 * * *" in out
     assert len([line for line in lines if line.startswith("fires ")]) == 3
     [sample] = TEXT_BLOCK.findall(guide)
