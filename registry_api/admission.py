@@ -20,9 +20,15 @@ expired, and admission ends by remembering the batch's message ids with their po
 (`RegistryStore.remember_message_ids`, its own statement): an id received before at another
 position is a replay and is rejected, so a captured message produced again changes nothing.
 
+The calendar ops (`put_calendar`, `delete_calendar`) are admitted the same way — the same
+signature check binds them to the tenant they name, so a message touches only its own
+tenant's calendars — and become `CalendarOp`s beside the jobs' ops, the calendar checked whole
+here (`calendars.check_calendar`, its fields named as the message's: `calendar.<field>`).
+
 The database side refuses ops too, in the intake's step 2 (a stale version, no such job, a
-conflict, a backfill range, a tenant's quota: store.py, quotas.py); `refusal` words the
-refusals of the job's state, and `RejectKind` names every kind of rejection.
+conflict, a backfill range, a tenant's quota: store.py, quotas.py; a calendar still named, not
+found, or one too many: calendars.py); `refusal` and `calendar_refusal` word them, and
+`RejectKind` names every kind of rejection.
 
 One message never stops the batch (I7): decoding and validating guard each message, and an
 unforeseen exception rejects that message alone (`RejectKind.ERROR`). The tenant lookup tells
@@ -45,11 +51,19 @@ from confluent_kafka import Message
 
 from tickwheel.clock import format_ms
 from tickwheel.db import is_data_error
-from tickwheel.domain import RegistrationOp
+from tickwheel.domain import CALENDAR_OPS, RegistrationOp
 from tickwheel.envelopes.parsing import EnvelopeError
 from tickwheel.envelopes.registrations import Registration
 from tickwheel.registry_api.auth import KEY_CACHE_TTL_S
+from tickwheel.registry_api.calendars import (
+    CalendarOp,
+    CalendarOutcome,
+    CalendarResult,
+    check_calendar,
+    check_name,
+)
 from tickwheel.registry_api.document import (
+    FieldProblem,
     JobValidationError,
     Limits,
     check_pause_note,
@@ -91,7 +105,9 @@ class RejectKind(StrEnum):
     UNKNOWN_TENANT = "unknown_tenant"
     INVALID = "invalid"  # the job document or the operation's fields
     QUOTA = "quota"  # a quota of the tenant (registry_api/quotas.py)
-    REFUSED = "refused"  # the job's state: stale version, no such job, conflict, backfill range
+    # the job's state (stale version, no such job, conflict, backfill range) or the calendar's
+    # (still named by jobs, no such calendar, the tenant's last one taken)
+    REFUSED = "refused"
     DATABASE = "database"  # the database refused the op's data
     ERROR = "error"  # an unforeseen exception (logged with its traceback)
 
@@ -132,6 +148,9 @@ class Prepared:
     rejected: list[Rejected] = field(default_factory=list)
     plan: NewJobsPlan | None = None  # the ops folded as if all their jobs were new
     signed: list[_Signed] = field(default_factory=list)
+    # Calendar ops, in batch order: the intake applies them between the jobs' ops around them.
+    calendar_ops: list[CalendarOp] = field(default_factory=list)
+    calendar_messages: list[Message] = field(default_factory=list)
 
 
 def refusal(applied: Applied) -> str | None:
@@ -148,6 +167,22 @@ def refusal(applied: Applied) -> str | None:
     if applied.problem is not None:
         return f"{op.kind} of job {op.job_id!r}: {applied.problem}"
     return None
+
+
+CALENDAR_REFUSED = {
+    CalendarOutcome.NOT_FOUND: "no such calendar",
+    CalendarOutcome.IN_USE: None,  # the result's detail names the jobs
+    CalendarOutcome.OVER_LIMIT: None,  # the result's detail names the limit
+}
+
+
+def calendar_refusal(op: CalendarOp, result: CalendarResult) -> str | None:
+    """Why the database side refused a calendar op (a rejection's reason), or None if it
+    applied (or was a replay)."""
+    if result.outcome not in CALENDAR_REFUSED:
+        return None
+    why = CALENDAR_REFUSED[result.outcome] or result.detail
+    return f"{op.kind} of calendar {op.name!r}: {why}"
 
 
 def _signature_header(msg: Message) -> bytes | None:
@@ -265,14 +300,17 @@ class Admission:
                 if reg.tenant not in known:
                     raise EnvelopeError(f"tenant {reg.tenant!r} does not exist")
                 kind = RejectKind.INVALID
-                op = self._op(msg, reg, now)
+                if reg.op in CALENDAR_OPS:
+                    prepared.calendar_ops.append(self._calendar_op(msg, reg))
+                    prepared.calendar_messages.append(msg)
+                else:
+                    prepared.ops.append(self._op(msg, reg, now))
+                    prepared.op_messages.append(msg)
                 if verified is not None and verified.message_id is not None:
                     assert verified.signed_at_ms is not None
                     prepared.signed.append(
                         _Signed(msg, reg.tenant, verified.message_id, verified.signed_at_ms)
                     )
-                prepared.ops.append(op)
-                prepared.op_messages.append(msg)
             except (EnvelopeError, JobValidationError) as exc:
                 prepared.rejected.append(Rejected(msg, str(exc), kind))
             except Exception as exc:  # unforeseen: reject this message, never stall the rest
@@ -283,7 +321,10 @@ class Admission:
         # if their jobs were new, so a batch of new jobs skips the fold inside its transaction.
         # A plan that cannot be made costs only the optimisation: the transaction folds the
         # same ops as before (and deals with any op at fault there), so the batch goes on; the
-        # failure is still logged with its traceback, since the plan is the same fold.
+        # failure is still logged with its traceback, since the plan is the same fold. A batch
+        # with calendar ops is applied in segments around them, with no plan.
+        if prepared.calendar_ops:
+            return
         try:
             prepared.plan = self.store.plan_new(prepared.ops, now)
         except Exception:
@@ -319,6 +360,26 @@ class Admission:
         if reg.note is not None:  # a pause's why; who is the tenant, over Kafka
             note = (f"{reg.tenant} (Kafka registration)", check_pause_note(reg.note, "note"))
         return Op(reg.op, reg.tenant, reg.id, version=reg.version, source=source, note=note)
+
+    @staticmethod
+    def _calendar_op(msg: Message, reg: Registration) -> CalendarOp:
+        """The calendar op of a registration; JobValidationError naming the message's field."""
+        assert reg.name is not None  # the decoder requires it
+        source = position(msg)
+        if reg.op == RegistrationOp.DELETE_CALENDAR:
+            check_name(reg.name)
+            return CalendarOp(reg.op, reg.tenant, reg.name, source, force=bool(reg.force))
+        try:
+            document = check_calendar(reg.name, reg.calendar)
+        except JobValidationError as exc:
+            # check_calendar names the document's fields; the message holds it in `calendar`
+            raise JobValidationError(
+                [
+                    p if p.field == "name" else FieldProblem(f"calendar.{p.field}", p.message)
+                    for p in exc.problems
+                ]
+            ) from None
+        return CalendarOp(reg.op, reg.tenant, reg.name, source, document=document)
 
     async def _known_tenants(self, names: set[str]) -> set[str]:
         """Tenants that exist, from a process-lifetime cache of positive answers (tenants are
@@ -449,6 +510,15 @@ class Admission:
                 replays[position(item.msg)] = _replayed(*key, partition, offset)
         if not replays:
             return
+        calendar_ops, calendar_messages = [], []
+        for calendar_op, msg in zip(prepared.calendar_ops, prepared.calendar_messages, strict=True):
+            reason = replays.get(position(msg))
+            if reason is None:
+                calendar_ops.append(calendar_op)
+                calendar_messages.append(msg)
+            else:
+                prepared.rejected.append(Rejected(msg, reason, RejectKind.REPLAYED))
+        prepared.calendar_ops, prepared.calendar_messages = calendar_ops, calendar_messages
         ops, messages = [], []
         for op, msg in zip(prepared.ops, prepared.op_messages, strict=True):
             reason = replays.get(position(msg))

@@ -15,6 +15,10 @@ Each write is one short transaction under the calendar's row lock:
   share-locks the calendars it names (`RegistryStore._missing_calendars`), so a delete and a
   job naming the calendar never both commit unseen by each other.
 A deleted calendar keeps its row with no document: the leaders' poll sees the delete.
+
+A Kafka registration becomes a `CalendarOp` (registry_api/admission.py), which the intake
+applies at its place in the batch (`apply`) with its source position, so a redelivered one is
+a `REPLAY` and changes nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import orjson
 from pydantic import ValidationError
 
 from tickwheel.clock import format_datetime
+from tickwheel.domain import RegistrationOp
 from tickwheel.queries import QUERIES
 from tickwheel.registry_api.document import FieldProblem, JobValidationError
 from tickwheel.schedule import ScheduleError
@@ -88,6 +93,26 @@ class CalendarResult:
         if self.outcome is CalendarOutcome.OVER_LIMIT:
             return f"the tenant has {MAX_TENANT_CALENDARS} calendars, the most it may have"
         return self.outcome.value
+
+
+@dataclass(frozen=True)
+class CalendarOp:
+    """A calendar registration admitted from Kafka, to be applied at its place in its batch."""
+
+    kind: str  # RegistrationOp.PUT_CALENDAR | RegistrationOp.DELETE_CALENDAR
+    tenant: str
+    name: str
+    source: tuple[int, int]  # (partition, offset) of the registration
+    document: dict[str, Any] | None = None  # put: from `check_calendar`
+    force: bool = False  # delete: even while jobs name it
+
+
+async def apply(pool: asyncpg.Pool, op: CalendarOp) -> CalendarResult:
+    """Apply one calendar registration: `put` or `delete` with its source position."""
+    if op.kind == RegistrationOp.PUT_CALENDAR:
+        assert op.document is not None  # admission checked it
+        return await put(pool, op.tenant, op.name, op.document, op.source)
+    return await delete(pool, op.tenant, op.name, force=op.force, source=op.source)
 
 
 def check_name(name: str) -> None:

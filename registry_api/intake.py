@@ -8,15 +8,21 @@ what makes a crash at any point lose nothing and apply nothing twice in effect (
        document, replays);
     2. apply all ops in one database transaction (store.apply): per-job order is the topic's
        order, and a job remembers the position of the last message applied to it, so a
-       redelivered message is a no-op (`replay`);
+       redelivered message is a no-op (`replay`). A batch holding calendar ops (rare) is
+       applied in batch order instead: the jobs' ops between two calendar ops in one
+       transaction, each calendar op in its own (registry_api/calendars.py), so a job naming a
+       calendar created just before it finds it, and one after a delete finds it gone. A
+       calendar remembers its last position too, so a redelivered calendar op is a replay;
     3. publish the rejections (including ops the database refused: unknown job, conflict, a
        stale version) and wait until the broker has acknowledged every one;
     4. only then store the batch's offsets; the consumer commits stored offsets in the
        background (tickwheel/kafka/consuming.py), never per message synchronously.
 
-A crash before 4 redelivers the batch: step 2 is then a no-op for what was applied, and step 3
-may publish a rejection again (the rejected topic is at-least-once; its `source` position
-identifies duplicates). A database or broker that is unavailable makes the loop seek back to
+A crash before 4 redelivers the batch: step 2 is then a no-op for what was applied (in a batch
+of several transactions, for each one that committed), and step 3 may publish a rejection
+again (the rejected topic is at-least-once; its `source` position identifies duplicates). An
+op refused the first time left no trace, so a redelivery decides it again against what the
+database holds then. A database or broker that is unavailable makes the loop seek back to
 the batch's first offsets and retry with backoff, so nothing is skipped.
 
 Step 1 writes no job, but it ends by remembering the batch's signed message ids with their
@@ -65,18 +71,20 @@ from tickwheel.kafka.producing import (
     publish_reports,
     value_room,
 )
+from tickwheel.registry_api import calendars
 from tickwheel.registry_api.admission import (
     SIGNATURE_WINDOW_S,
     Admission,
     Prepared,
     Rejected,
     RejectKind,
+    calendar_refusal,
     position,
     refusal,
 )
 from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.state import Op
-from tickwheel.registry_api.store import Applied, RegistryStore
+from tickwheel.registry_api.store import Applied, NewJobsPlan, RegistryStore
 from tickwheel.runtime import PartState, awaiting
 from tickwheel.stall import SAMPLE_TIMEOUT_MIN_S, STALL_SAMPLES, Backlog, StallWatch, samples
 
@@ -115,6 +123,14 @@ class BatchReport:
     refusals: dict[tuple[str, str], int] = field(default_factory=dict)  # (tenant, quota) -> n
     lag: dict[int, int] = field(default_factory=dict)  # partition -> messages behind its end
     duration_s: float = 0.0  # seconds from the batch's transaction to its offsets stored
+
+
+def _unapplied(exc: Exception) -> tuple[str, RejectKind]:
+    """Why an op the database side raised on (not being unavailable) is rejected."""
+    if is_data_error(exc):
+        return f"the database refused it: {exc}", RejectKind.DATABASE
+    log.exception("applying a registration raised %s", type(exc).__name__)
+    return f"could not be applied: {type(exc).__name__}: {exc}", RejectKind.ERROR
 
 
 def _now_iso() -> str:
@@ -363,28 +379,13 @@ class RegistrationIntake:
         """Steps 2 to 4: apply, publish rejections, store offsets."""
         started = time.perf_counter()
         report = BatchReport(messages=len(prepared.messages))
-        ops, op_messages, rejected = prepared.ops, prepared.op_messages, prepared.rejected
-        if ops:
-            try:
-                results: list[Applied | None] = list(await self.store.apply(ops, prepared.plan))
-            except Exception as exc:
-                if retryable(exc):
-                    raise
-                log.warning(
-                    "batch refused (%s); applying op by op", type(exc).__name__, exc_info=True
-                )
-                results = await self._apply_singly(ops, op_messages, rejected)
-            for msg, applied in zip(op_messages, results, strict=True):
-                if applied is None:
-                    continue
-                outcome = applied.outcome
-                report.outcomes[outcome.value] = report.outcomes.get(outcome.value, 0) + 1
-                if applied.quota is not None:
-                    refused = (applied.op.tenant, applied.quota.quota.value)
-                    report.refusals[refused] = report.refusals.get(refused, 0) + 1
-                    rejected.append(Rejected(msg, applied.quota.detail, RejectKind.QUOTA))
-                elif (reason := refusal(applied)) is not None:
-                    rejected.append(Rejected(msg, reason, RejectKind.REFUSED))
+        rejected = prepared.rejected
+        if prepared.calendar_ops:
+            await self._apply_in_order(prepared, report)
+        elif prepared.ops:
+            await self._apply_jobs(
+                prepared.ops, prepared.op_messages, prepared.plan, report, rejected
+            )
         crash_point("intake_after_db")
         if rejected:
             loop = asyncio.get_running_loop()
@@ -397,6 +398,73 @@ class RegistrationIntake:
         report.duration_s = time.perf_counter() - started
         report.lag = await self.source.call(self._lag, prepared.messages)
         return report
+
+    async def _apply_jobs(
+        self,
+        ops: list[Op],
+        op_messages: list[Message],
+        plan: NewJobsPlan | None,
+        report: BatchReport,
+        rejected: list[Rejected],
+    ) -> None:
+        """Apply job ops in one transaction (op by op if the batch is refused for its data);
+        count their outcomes and reject what the database side refused."""
+        try:
+            results: list[Applied | None] = list(await self.store.apply(ops, plan))
+        except Exception as exc:
+            if retryable(exc):
+                raise
+            log.warning("batch refused (%s); applying op by op", type(exc).__name__, exc_info=True)
+            results = await self._apply_singly(ops, op_messages, rejected)
+        for msg, applied in zip(op_messages, results, strict=True):
+            if applied is None:
+                continue
+            outcome = applied.outcome
+            report.outcomes[outcome.value] = report.outcomes.get(outcome.value, 0) + 1
+            if applied.quota is not None:
+                refused = (applied.op.tenant, applied.quota.quota.value)
+                report.refusals[refused] = report.refusals.get(refused, 0) + 1
+                rejected.append(Rejected(msg, applied.quota.detail, RejectKind.QUOTA))
+            elif (reason := refusal(applied)) is not None:
+                rejected.append(Rejected(msg, reason, RejectKind.REFUSED))
+
+    async def _apply_in_order(self, prepared: Prepared, report: BatchReport) -> None:
+        """Step 2 for a batch holding calendar ops: in batch order, each run of job ops in one
+        transaction, then the calendar op after it in its own (each op keeps its place)."""
+        at = {position(msg): i for i, msg in enumerate(prepared.messages)}
+        ops, op_messages = prepared.ops, prepared.op_messages
+        start = 0
+        for op, msg in zip(prepared.calendar_ops, prepared.calendar_messages, strict=True):
+            end = start
+            while end < len(ops) and at[position(op_messages[end])] < at[position(msg)]:
+                end += 1
+            if end > start:
+                segment = slice(start, end)
+                await self._apply_jobs(
+                    ops[segment], op_messages[segment], None, report, prepared.rejected
+                )
+            start = end
+            await self._apply_calendar(op, msg, report, prepared.rejected)
+        if start < len(ops):
+            await self._apply_jobs(
+                ops[start:], op_messages[start:], None, report, prepared.rejected
+            )
+
+    async def _apply_calendar(
+        self, op: calendars.CalendarOp, msg: Message, report: BatchReport, rejected: list[Rejected]
+    ) -> None:
+        """Apply one calendar op; one the database side refuses is rejected alone (I7)."""
+        try:
+            result = await calendars.apply(self.store.pool, op)
+        except Exception as exc:
+            if retryable(exc):
+                raise
+            rejected.append(Rejected(msg, *_unapplied(exc)))
+            return
+        counted = f"calendar_{result.outcome.value}"
+        report.outcomes[counted] = report.outcomes.get(counted, 0) + 1
+        if (reason := calendar_refusal(op, result)) is not None:
+            rejected.append(Rejected(msg, reason, RejectKind.REFUSED))
 
     def _lag(self, messages: Sequence[Message]) -> dict[int, int]:
         """Per partition of the batch: messages between the batch's end and the partition's
@@ -428,13 +496,7 @@ class RegistrationIntake:
             except Exception as exc:
                 if retryable(exc):
                     raise
-                if is_data_error(exc):
-                    reason, kind = f"the database refused it: {exc}", RejectKind.DATABASE
-                else:
-                    log.exception("applying a registration raised %s", type(exc).__name__)
-                    reason = f"could not be applied: {type(exc).__name__}: {exc}"
-                    kind = RejectKind.ERROR
-                rejected.append(Rejected(msg, reason, kind))
+                rejected.append(Rejected(msg, *_unapplied(exc)))
                 results.append(None)
         return results
 

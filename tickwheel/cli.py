@@ -3,8 +3,8 @@ area's commands (the one module of the ground that imports the areas).
 
 Each area keeps its commands beside its code: `cron` (tickwheel/schedule/cli.py), `dev`
 (tickwheel/stack/cli.py), `db`, `gc` and `topics` (tickwheel/core_cli.py), `registry` and
-`tenant` (registry_api/cli.py), the operators' `dlq`, `runs`, `jobs`, `status` and
-`operator-key` (registry_api/ops/cli_*.py), `scheduler` (shards/cli.py), `worker`
+`tenant` (registry_api/cli.py), the operators' `dlq`, `runs`, `jobs`, `calendars`, `status`
+and `operator-key` (registry_api/ops/cli_*.py), `scheduler` (shards/cli.py), `worker`
 (workers/cli.py). What they share — exit codes, one-line failures, settings, output — is
 tickwheel/cli_support.py.
 
@@ -22,6 +22,7 @@ import click
 from tickwheel import __version__
 from tickwheel.core_cli import db, gc, topics
 from tickwheel.registry_api.cli import registry, tenant
+from tickwheel.registry_api.ops.cli_calendars import calendars
 from tickwheel.registry_api.ops.cli_dlq import dlq
 from tickwheel.registry_api.ops.cli_jobs import jobs
 from tickwheel.registry_api.ops.cli_keys import operator_key
@@ -99,6 +100,7 @@ for command in (
     dlq,
     runs,
     jobs,
+    calendars,
     gc,
     status,
 ):

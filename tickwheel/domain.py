@@ -59,6 +59,7 @@ from tickwheel.schedule.zones import MAX_INSTANT_S, MIN_INSTANT_S
 
 __all__ = [
     "ATTEMPT_MAX",
+    "CALENDAR_OPS",
     "INSTANT_MAX_MS",
     "INSTANT_MIN_MS",
     "IN_FLIGHT",
@@ -140,6 +141,14 @@ class RegistrationOp(StrEnum):
     RESUME = "resume"
     TRIGGER = "trigger"  # one run now, outside the schedule (registry_api/on_demand.py)
     BACKFILL = "backfill"  # one run per occurrence of a past range
+    # A tenant's exclusion calendars (registry_api/calendars.py, D-286): these name a calendar,
+    # not a job, and never reach the jobs' fold (registry_api/state.py).
+    PUT_CALENDAR = "put_calendar"
+    DELETE_CALENDAR = "delete_calendar"
+
+
+# The ops that change a calendar rather than a job.
+CALENDAR_OPS = frozenset({RegistrationOp.PUT_CALENDAR, RegistrationOp.DELETE_CALENDAR})
 
 
 class RunOrigin(StrEnum):

@@ -75,11 +75,17 @@ def resolve_job(job: str, tenant: str | None) -> tuple[str, str]:
 def _checked_identity(tenant: str, job_id: str) -> tuple[str, str]:
     """The parts as the ledger holds them (so '.' and '..', stored before issue 28, still
     name their jobs), or BadInput before any connection is made."""
-    if not TENANT_FORM.fullmatch(tenant):
-        raise BadInput(f"the tenant must match {TENANT_PATTERN[1:-1]}, not {tenant!r}")
+    checked_tenant(tenant)
     if not JOB_ID_FORM.fullmatch(job_id):
         raise BadInput(f"the job id must match {JOB_ID_PATTERN[1:-1]}, not {job_id!r}")
     return tenant, job_id
+
+
+def checked_tenant(tenant: str) -> str:
+    """A tenant name as the ledger holds them, or BadInput before any connection is made."""
+    if not TENANT_FORM.fullmatch(tenant):
+        raise BadInput(f"the tenant must match {TENANT_PATTERN[1:-1]}, not {tenant!r}")
+    return tenant
 
 
 def checked_operator_name(name: str) -> str:

@@ -35,6 +35,7 @@ from tickwheel.config import Settings, load_settings
 from tickwheel.envelopes.run import RunEnvelope
 from tickwheel.kafka.clients import consumer
 from tickwheel.registry_api.document import Limits, parse_document, validate_job
+from tickwheel.registry_api.intake import BatchReport
 from tickwheel.registry_api.service import intake_group, make_intake
 from tickwheel.registry_api.state import Op
 from tickwheel.registry_api.store import RegistryStore
@@ -322,11 +323,18 @@ def rewind_intake(settings: Settings) -> None:
 
 
 async def run_intake_until(
-    settings: Settings, store: RegistryStore, committed: int, timeout_s: float = 60.0
+    settings: Settings,
+    store: RegistryStore,
+    committed: int,
+    timeout_s: float = 60.0,
+    *,
+    on_batch: Callable[[BatchReport], None] | None = None,
 ) -> None:
     """Run an intake on this loop until `committed` offsets of the registrations topic are
-    committed; fail if it dies or takes longer than `timeout_s`."""
+    committed; fail if it dies or takes longer than `timeout_s`. `on_batch` sees each settled
+    batch's report."""
     intake = make_intake(store, settings)
+    intake.on_batch = on_batch
     stop = asyncio.Event()
     task = asyncio.create_task(intake.run(stop))
     deadline = time.monotonic() + timeout_s

@@ -24,6 +24,8 @@ from confluent_kafka import KafkaException
 
 from tickwheel.client import (
     AsyncClient,
+    CalendarDocument,
+    CalendarInUse,
     Client,
     InvalidRequest,
     JobDocument,
@@ -188,7 +190,89 @@ async def test_the_async_client_does_the_same(deployment: Deployment) -> None:
             await tw.delete("once")
 
 
+def test_a_service_manages_calendars_with_no_hand_built_body(deployment: Deployment) -> None:
+    """put (created, then unchanged), get, list; a job naming the calendar; a delete refused
+    with the jobs (CalendarInUse), then forced; bad input an InvalidRequest naming the field, a
+    missing calendar NotFound"""
+    holidays = CalendarDocument(timezone="Europe/Berlin", dates=["2026-12-25", "2026-12-26"])
+    with Client(deployment.url, deployment.api_key) as tw:
+        created = tw.put_calendar("holidays", holidays)
+        assert (created.name, created.version, created.weekdays) == ("holidays", 1, [])
+        assert tw.put_calendar("holidays", holidays).version == 1
+        assert tw.put_calendar("weekends", {"weekdays": ["sat", "sun"]}).version == 1
+        assert tw.get_calendar("holidays").dates == ["2026-12-25", "2026-12-26"]
+        assert [c.name for c in tw.calendars()] == ["holidays", "weekends"]
+        tw.create(JobDocument(id="uses", schedule="0 3 * * *", handler="a.b",
+                              calendars=["holidays"]))  # fmt: skip
+        with pytest.raises(CalendarInUse) as in_use:
+            tw.delete_calendar("holidays")
+        assert (in_use.value.jobs, in_use.value.more_jobs) == (["uses"], False)
+        tw.delete_calendar("holidays", force=True)
+        with pytest.raises(NotFound):
+            tw.get_calendar("holidays")
+        with pytest.raises(NotFound):
+            tw.delete_calendar("holidays")
+        with pytest.raises(InvalidRequest) as bad:
+            tw.put_calendar("zoned", {"timezone": "Mars/Olympus"})
+        assert [f.field for f in bad.value.fields] == ["timezone"]
+
+
+async def test_the_async_client_manages_calendars_alike(deployment: Deployment) -> None:
+    """AsyncClient: put, list, get, delete, and a missing calendar NotFound"""
+    async with AsyncClient(deployment.url, deployment.api_key) as tw:
+        await tw.put_calendar("nights", {"daily": [{"start": "22:00", "end": "06:00"}]})
+        assert [c.name for c in await tw.calendars()] == ["nights"]
+        assert (await tw.get_calendar("nights")).daily[0].start == "22:00"
+        await tw.delete_calendar("nights")
+        with pytest.raises(NotFound):
+            await tw.get_calendar("nights")
+
+
 # --- Kafka ----------------------------------------------------------------------------------
+
+
+def test_the_registrar_puts_and_deletes_calendars(deployment: Deployment) -> None:
+    """Signed calendar registrations: a put is applied (then a job naming it), a delete while
+    the job names it is rejected naming the job, a forced one applied, an invalid calendar
+    rejected naming the message's field; each message follows registration.schema.json"""
+    outcomes: list[Outcome] = []
+    env = deployment.env
+    with Registrar(
+        env.stack.kafka,
+        deployment.tenant,
+        api_key=deployment.api_key,
+        prefix=env.topics.prefix,
+        on_outcome=outcomes.append,
+        versions=True,
+    ) as registrar:
+        registrar.put_calendar("holidays", CalendarDocument(dates=["2026-12-25"]))
+        registrar.put_calendar("zoned", {"timezone": "Mars/Olympus"})
+        assert registrar.flush(60) == 0
+        # on another partition than the calendar's: sent once the calendar is applied
+        registrar.upsert({"id": "uses", "schedule": "0 3 * * *", "handler": "a.b",
+                          "calendars": ["holidays"]})  # fmt: skip
+        assert registrar.flush(60) == 0
+        registrar.delete_calendar("holidays")
+        assert registrar.flush(60) == 0
+        registrar.delete_calendar("holidays", force=True)
+        assert registrar.flush(60) == 0
+    seen = [(o.op, o.job_id, o.status, o.version) for o in outcomes]
+    # the first two were in flight together: their outcomes come in either order
+    assert sorted(seen[:2]) == [
+        ("put_calendar", "holidays", "applied", None),
+        ("put_calendar", "zoned", "rejected", None),
+    ]
+    assert seen[2:] == [
+        ("upsert", "uses", "applied", outcomes[2].version),
+        ("delete_calendar", "holidays", "rejected", None),
+        ("delete_calendar", "holidays", "applied", None),
+    ]
+    by_name = {o.job_id: o for o in outcomes[:2]}
+    assert (by_name["zoned"].reason or "").startswith("calendar.timezone"), by_name["zoned"]
+    assert "'uses'" in (outcomes[3].reason or ""), outcomes[3].reason
+    with Client(deployment.url, deployment.api_key) as tw:
+        assert tw.calendars() == []
+    assert _registrations_follow_their_schema(deployment) == 5
 
 
 def test_the_registrar_reports_applied_and_rejected_with_the_reason(deployment: Deployment) -> None:
@@ -316,7 +400,7 @@ def test_the_client_guide_s_examples_run_as_written(
         monkeypatch.setenv(name, value)
     guide = CLIENT_MD.read_text()
     examples = PYTHON_BLOCK.findall(guide)
-    assert len(examples) == 4
+    assert len(examples) == 5
     for n, code in enumerate(examples, 1):
         exec(compile(code, f"docs/CLIENT.md example {n}", "exec"), {"__name__": "__main__"})
     out = capsys.readouterr().out
@@ -326,6 +410,9 @@ def test_the_client_guide_s_examples_run_as_written(
     assert ran.endswith(" succeeded attempt 1 origin trigger")
     assert "refused: priority - Input should be 'high', 'normal' or 'low'" in lines
     assert "not found: there is no job with id 'no-such-job'" in lines
+    assert "calendar holidays version 1" in lines
+    assert "still named by ['payroll']" in lines
+    assert "calendars ['holidays']" in lines
     assert "job nightly-report 30 2 * * *" in out
     assert len([line for line in lines if line.startswith("fires ")]) == 3
     [sample] = TEXT_BLOCK.findall(guide)

@@ -1,5 +1,6 @@
 """Every JSON example in docs/API.md validates against the schema it illustrates: the message
-schemas of docs/schemas/, or the HTTP answer models of `tickwheel.wire.responses`."""
+schemas of docs/schemas/, or the HTTP models of `tickwheel.wire.responses` and
+`tickwheel.wire.calendar`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from tickwheel.wire import responses
+from tickwheel.wire import calendar, responses
 from tickwheel.wire.schemas import validator
 
 pytestmark = pytest.mark.unit
@@ -52,7 +53,8 @@ def _sequence(text: str) -> list[Any]:
 
 def _check(name: str) -> Any:
     if name.startswith("http:"):
-        model = getattr(responses, name.removeprefix("http:"))
+        short = name.removeprefix("http:")
+        model = getattr(responses, short, None) or getattr(calendar, short)
         schema = Draft202012Validator(model.model_json_schema(by_alias=True))
         return lambda value: [e.message for e in schema.iter_errors(value)]
     return validator(name)

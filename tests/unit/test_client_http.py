@@ -12,7 +12,10 @@ import pytest
 
 from tickwheel.client import (
     AsyncClient,
+    CalendarDocument,
+    CalendarInUse,
     Client,
+    Conflict,
     InvalidRequest,
     JobDocument,
     NotFound,
@@ -200,6 +203,63 @@ def test_a_retried_delete_that_finds_the_job_gone_is_done() -> None:
     client(Script(error(503, "unavailable"), error(404, "not_found"))).delete("nightly")
     with pytest.raises(NotFound):
         client(Script(error(404, "not_found", "there is no job with id 'x'"))).delete("x")
+
+
+CALENDAR = {
+    "name": "holidays",
+    "timezone": "Europe/Berlin",
+    "dates": ["2026-12-25"],
+    "weekdays": [],
+    "daily": [],
+    "cron": [],
+    "version": 1,
+    "updated_at": "2026-12-01T10:00:00.000Z",
+}
+
+
+def test_a_calendar_is_put_as_given_and_retried_as_idempotent() -> None:
+    """PUT /v1/calendars/{name} sends only what the caller set, is retried on a 503 (the same
+    document again changes nothing), and answers a typed Calendar"""
+    script = Script(error(503, "unavailable"), ok(CALENDAR, 201))
+    doc = CalendarDocument(timezone="Europe/Berlin", dates=["2026-12-25"])
+    stored = client(script).put_calendar("holidays", doc)
+    assert stored.version == 1 and stored.dates == ["2026-12-25"]
+    assert [(r.method, r.url.path) for r in script.requests] == [
+        ("PUT", "/v1/calendars/holidays")
+    ] * 2
+    assert orjson.loads(script.requests[0].content) == {
+        "timezone": "Europe/Berlin", "dates": ["2026-12-25"]
+    }  # fmt: skip
+
+
+def test_the_calendars_are_listed_and_read() -> None:
+    """GET /v1/calendars answers a list of Calendar, GET /v1/calendars/{name} one"""
+    script = Script(ok({"items": [CALENDAR]}), ok(CALENDAR))
+    tw = client(script)
+    assert [c.name for c in tw.calendars()] == ["holidays"]
+    assert tw.get_calendar("holidays").timezone == "Europe/Berlin"
+    assert [r.url.path for r in script.requests] == ["/v1/calendars", "/v1/calendars/holidays"]
+
+
+def test_a_calendar_in_use_is_an_exception_carrying_the_jobs() -> None:
+    """a 409 calendar_in_use is CalendarInUse (a Conflict) with the jobs and more_jobs, and is
+    not retried; force=true is a query parameter; a retried delete finding it gone is done"""
+    refused = ok(
+        {"error": "calendar_in_use", "detail": "jobs still name this calendar: 'a'",
+         "jobs": ["a", "b"], "more_jobs": True},
+        409,
+    )  # fmt: skip
+    script = Script(refused)
+    with pytest.raises(CalendarInUse) as in_use:
+        client(script).delete_calendar("holidays")
+    assert isinstance(in_use.value, Conflict) and in_use.value.status == 409
+    assert (in_use.value.jobs, in_use.value.more_jobs) == (["a", "b"], True)
+    assert len(script.requests) == 1
+    forced = Script(error(503, "unavailable"), error(404, "not_found"))
+    client(forced).delete_calendar("holidays", force=True)
+    assert [r.url.params.get("force") for r in forced.requests] == ["true", "true"]
+    with pytest.raises(NotFound):
+        client(Script(error(404, "not_found"))).delete_calendar("ghost")
 
 
 def test_the_lists_follow_the_cursors() -> None:

@@ -121,6 +121,44 @@ def test_registration_ops() -> None:
         Registration.decode(b'{"op": "upsert", "tenant": "acme"}')
 
 
+def test_calendar_ops_round_trip_without_a_job() -> None:
+    """put_calendar carries a name and a calendar, delete_calendar a name and maybe force;
+    neither names a job"""
+    put = Registration("put_calendar", "acme", name="holidays", calendar={"dates": ["2026-12-25"]})
+    assert Registration.decode(put.encode()) == put and put.job_id is None
+    assert put.calendar_key == "calendar/holidays"
+    rm = Registration("delete_calendar", "acme", name="holidays", force=True)
+    assert Registration.decode(rm.encode()) == rm
+    assert orjson.loads(rm.encode()) == {
+        "op": "delete_calendar", "tenant": "acme", "name": "holidays", "force": True
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"op": "put_calendar", "name": "h"}, "field 'calendar' is missing"),
+        ({"op": "put_calendar", "calendar": {}}, "field 'name' is missing"),
+        ({"op": "delete_calendar"}, "field 'name' is missing"),
+        ({"op": "put_calendar", "name": 7, "calendar": {}}, "field 'name' has the wrong type"),
+        ({"op": "put_calendar", "name": "h", "calendar": []}, "field 'calendar' has the wrong"),
+        ({"op": "delete_calendar", "name": "h", "force": 1}, "field 'force' has the wrong type"),
+        ({"op": "delete_calendar", "name": "h", "calendar": {}}, "'calendar' applies to op 'put_"),
+        ({"op": "put_calendar", "name": "h", "calendar": {}, "force": True}, "'force' applies"),
+        ({"op": "delete_calendar", "name": "h", "version": 2}, "'version' does not apply"),
+        ({"op": "delete_calendar", "name": "h", "id": "j"}, "'id' does not apply"),
+        ({"op": "put_calendar", "name": "h", "calendar": {}, "job": {}}, "'job' does not apply"),
+        ({"op": "delete", "id": "j", "name": "h"}, "'name' applies to ops 'put_calendar' and"),
+        ({"op": "delete", "id": "j", "force": True}, "'force' applies to op 'delete_calendar'"),
+        ({"op": "upsert", "job": {}, "calendar": {}}, "'calendar' applies to op 'put_calendar'"),
+    ],
+)
+def test_malformed_calendar_ops_name_the_field(body: dict[str, object], needle: str) -> None:
+    """a calendar op missing its fields, or carrying a job's, is refused naming the field"""
+    with pytest.raises(EnvelopeError, match=re.escape(needle)):
+        Registration.decode(orjson.dumps({"tenant": "acme", **body}))
+
+
 def test_rejection_keeps_the_original_bytes() -> None:
     """a rejection carries reason, source partition/offset and the exact original bytes"""
     original = b"\x00not json at all\xff"

@@ -24,6 +24,7 @@ from tickwheel.registry_api.document import check_version, parse_document
 from tickwheel.schedule.cron import MAX_AFTER_MS, MIN_AFTER_MS
 from tickwheel.signatures import sign
 from tickwheel.wire import messages
+from tickwheel.wire.calendar import CALENDAR_NAME_PATTERN, CalendarDocument
 from tickwheel.wire.job import JOB_ID_PATTERN, TIMEOUT_LIMIT_MS
 from tickwheel.wire.schemas import DEFAULT_DIR, drifted, render, schemas, validator
 
@@ -269,10 +270,26 @@ def _parses(doc: dict[str, Any]) -> bool:
 JOB_DOCUMENTS = from_schema(_schema("job-document")).filter(_parses)
 
 
+CALENDAR_NAMES = st.from_regex(CALENDAR_NAME_PATTERN, fullmatch=True)
+CALENDARS = st.sampled_from(
+    [
+        {},
+        {"timezone": "Europe/Paris", "dates": ["2026-12-25"], "weekdays": ["sat", "sun"]},
+        {"daily": [{"start": "22:00", "end": "06:00"}], "cron": ["0 12 * * *"]},
+        {"description": "year-end freeze", "dates": ["2026-12-31", "2027-01-01"]},
+    ]
+)
+
+
 @st.composite
 def registrations(draw: st.DrawFn) -> Registration:
     op = draw(st.sampled_from([o.value for o in RegistrationOp]))
     tenant = draw(TENANTS)
+    if op == RegistrationOp.PUT_CALENDAR:
+        return Registration(op, tenant, name=draw(CALENDAR_NAMES), calendar=draw(CALENDARS))
+    if op == RegistrationOp.DELETE_CALENDAR:
+        force = draw(st.none() | st.booleans())
+        return Registration(op, tenant, name=draw(CALENDAR_NAMES), force=force)
     versioned = op not in (RegistrationOp.TRIGGER, RegistrationOp.BACKFILL)
     version = draw(st.none() | st.integers(1, 2**53 - 1)) if versioned else None
     if op == RegistrationOp.UPSERT:
@@ -298,14 +315,8 @@ def test_every_registration_the_codec_writes_validates(reg: Registration) -> Non
 
 # Optional fields a message may carry as null; the codecs read null as absent and omit them.
 NULL_AS_ABSENT = (
-    "origin",
-    "worker",
-    "version",
-    "idempotency_key",
-    "payload_omitted",
-    "note",
-    "due",
-)
+    "origin", "worker", "version", "idempotency_key", "payload_omitted", "note", "due", "force"
+)  # fmt: skip
 
 
 def _as_written(sample: dict[str, Any]) -> dict[str, Any]:
@@ -375,6 +386,8 @@ def test_the_registration_decoder_accepts_what_the_schema_admits(sample: dict[st
         pytest.fail(f"{sample}: {exc}")
     assert orjson.loads(reg.encode()) == _as_written(sample)
     check_version(reg.version)
+    if reg.calendar is not None:
+        CalendarDocument.model_validate(reg.calendar)
     if reg.job is not None:
         try:
             parse_document(reg.job)

@@ -11,9 +11,10 @@ Retries, per call (`Call.idempotent`):
     other 4xx                 raise                        raise
 
 Idempotent: every GET; POST /v1/jobs (the id is the identity: the same document again changes
-nothing); PATCH (a JSON merge patch applied twice gives what it gave once); DELETE (a retry that
-finds the job gone answers as the delete did); pause and resume; a backfill (its runs are keyed
-by their occurrences: a repeat creates none, and says so); a trigger with an idempotency key.
+nothing); PUT /v1/calendars/{name} (likewise, the name); PATCH (a JSON merge patch applied twice
+gives what it gave once); DELETE of a job or a calendar (a retry that finds it gone answers as
+the delete did); pause and resume; a backfill (its runs are keyed by their occurrences: a
+repeat creates none, and says so); a trigger with an idempotency key.
 Not idempotent: a trigger without one (each request starts a run).
 
 Back-off is full jitter: a random wait up to `base_s * 2^(attempt-1)`, capped at `cap_s`.
@@ -30,6 +31,7 @@ import orjson
 from pydantic import BaseModel
 
 from tickwheel.client.errors import (
+    CalendarInUse,
     Conflict,
     FieldError,
     InvalidRequest,
@@ -107,6 +109,10 @@ def error_of(status: int, content: bytes) -> TickwheelError:
         fields = [FieldError.model_validate(item) for item in detail if isinstance(item, dict)]
         return InvalidRequest(error, fields)
     sentence = detail if isinstance(detail, str) else content[:200].decode("utf-8", "replace")
+    if status == 409 and error == "calendar_in_use" and isinstance(body, dict):
+        jobs = body.get("jobs")
+        named = [j for j in jobs if isinstance(j, str)] if isinstance(jobs, list) else []
+        return CalendarInUse(sentence, named, body.get("more_jobs") is True)
     kind: type[TickwheelError] = {
         401: Unauthorized,
         404: NotFound,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from tickwheel.wire.responses import FieldError
 
 __all__ = [
+    "CalendarInUse",
     "Conflict",
     "FieldError",
     "InvalidRequest",
@@ -45,11 +46,23 @@ class Unauthorized(TickwheelError):
 
 
 class NotFound(TickwheelError):
-    """404: this tenant has no such job (another tenant's job answers the same)."""
+    """404: this tenant has no such job or calendar (another tenant's answers the same)."""
 
 
 class Conflict(TickwheelError):
-    """409: the job's state does not allow it (a completed one-off), or a PATCH kept racing."""
+    """409: the job's state does not allow it (a completed one-off), or a PATCH kept racing;
+    a tenant's last calendar taken (`too_many_calendars`); `CalendarInUse`."""
+
+
+class CalendarInUse(Conflict):
+    """409 `calendar_in_use`: a calendar's delete refused while jobs name it. `jobs` are the
+    first jobs found naming it (at most 100), `more_jobs` whether there are others; delete with
+    `force=True` to delete it anyway (those jobs then run as if it excluded nothing)."""
+
+    def __init__(self, detail: str, jobs: list[str], more_jobs: bool) -> None:
+        super().__init__(409, "calendar_in_use", detail)
+        self.jobs = jobs
+        self.more_jobs = more_jobs
 
 
 class TooLarge(TickwheelError):

@@ -33,6 +33,7 @@ from tickwheel.client.calls import (
     nothing,
 )
 from tickwheel.clock import datetime_to_ms, format_ms
+from tickwheel.wire.calendar import Calendar, CalendarDocument, CalendarPage
 from tickwheel.wire.job import JobDocument
 from tickwheel.wire.responses import (
     BackfillAccepted,
@@ -60,11 +61,19 @@ def _job_path(job_id: str, tail: str = "") -> str:
     return f"/v1/jobs/{quote(job_id, safe='')}{tail}"
 
 
-def _document(job: JobDocument | Mapping[str, Any]) -> Any:
+def _calendar_path(name: str) -> str:
+    return f"/v1/calendars/{quote(name, safe='')}"
+
+
+def _document(job: JobDocument | CalendarDocument | Mapping[str, Any]) -> Any:
     # Only what the caller set: the registry fills in the defaults, and compares with them.
-    if isinstance(job, JobDocument):
+    if isinstance(job, JobDocument | CalendarDocument):
         return job.model_dump(mode="json", exclude_unset=True)
     return dict(job)
+
+
+def _calendar_items(page: CalendarPage) -> list[Calendar]:
+    return page.items
 
 
 class _Requests:
@@ -114,6 +123,26 @@ class _Requests:
     def _preview(self, job_id: str, count: int) -> Call:
         return Call(
             "GET", _job_path(job_id, "/preview"), True, lenient(JobPreview), params={"count": count}
+        )
+
+    def _put_calendar(self, name: str, calendar: CalendarDocument | Mapping[str, Any]) -> Call:
+        return Call("PUT", _calendar_path(name), True, lenient(Calendar), json=_document(calendar))
+
+    def _get_calendar(self, name: str) -> Call:
+        return Call("GET", _calendar_path(name), True, lenient(Calendar))
+
+    def _calendars(self) -> Call:
+        parse = lenient(CalendarPage)
+        return Call("GET", "/v1/calendars", True, lambda body: _calendar_items(parse(body)))
+
+    def _delete_calendar(self, name: str, force: bool) -> Call:
+        return Call(
+            "DELETE",
+            _calendar_path(name),
+            True,
+            nothing,
+            params={"force": "true"} if force else None,
+            not_found_on_retry_is_done=True,
         )
 
     def _job_page(
@@ -253,6 +282,26 @@ class Client(_Requests):
         result: JobPreview = self._run(self._preview(job_id, count))
         return result
 
+    def put_calendar(self, name: str, calendar: CalendarDocument | Mapping[str, Any]) -> Calendar:
+        """Create or replace the tenant's calendar `name`: the same document again changes
+        nothing (its version stays)."""
+        result: Calendar = self._run(self._put_calendar(name, calendar))
+        return result
+
+    def get_calendar(self, name: str) -> Calendar:
+        result: Calendar = self._run(self._get_calendar(name))
+        return result
+
+    def calendars(self) -> list[Calendar]:
+        """Every calendar of the tenant, by name (at most 100: one answer)."""
+        result: list[Calendar] = self._run(self._calendars())
+        return result
+
+    def delete_calendar(self, name: str, *, force: bool = False) -> None:
+        """Delete a calendar; `CalendarInUse` (with the jobs) while jobs name it, unless
+        `force` (they then run as if it excluded nothing)."""
+        self._run(self._delete_calendar(name, force))
+
     def jobs(
         self,
         *,
@@ -360,6 +409,26 @@ class AsyncClient(_Requests):
     async def preview(self, job_id: str, count: int = 5) -> JobPreview:
         result: JobPreview = await self._run(self._preview(job_id, count))
         return result
+
+    async def put_calendar(
+        self, name: str, calendar: CalendarDocument | Mapping[str, Any]
+    ) -> Calendar:
+        """Create or replace a calendar; see `Client.put_calendar`."""
+        result: Calendar = await self._run(self._put_calendar(name, calendar))
+        return result
+
+    async def get_calendar(self, name: str) -> Calendar:
+        result: Calendar = await self._run(self._get_calendar(name))
+        return result
+
+    async def calendars(self) -> list[Calendar]:
+        """Every calendar of the tenant, by name."""
+        result: list[Calendar] = await self._run(self._calendars())
+        return result
+
+    async def delete_calendar(self, name: str, *, force: bool = False) -> None:
+        """Delete a calendar; see `Client.delete_calendar`."""
+        await self._run(self._delete_calendar(name, force))
 
     async def jobs(
         self,

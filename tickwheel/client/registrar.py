@@ -4,10 +4,11 @@ A registration produced to `<prefix>.registrations` ends applied or on
 `<prefix>.registrations.rejected` with its reason (DESIGN I7), but Kafka answers a producer only
 "stored". The registrar closes that loop without any help from the registry:
 
-1. it produces each registration keyed by its job id (so one job's registrations stay in order),
-   signed with the tenant's API key when it has one (`tickwheel.signatures.sign`), with an
-   increasing version when asked (`versions=True`: the clock's milliseconds, never below the
-   last version it gave the job plus one), and remembers the (partition, offset) Kafka gives it;
+1. it produces each registration keyed by its job id (so one job's registrations stay in order;
+   a calendar's by `calendar/<name>`, so one calendar's do), signed with the tenant's API key
+   when it has one (`tickwheel.signatures.sign`), with an increasing version when asked
+   (`versions=True`: the clock's milliseconds, never below the last version it gave the job
+   plus one; calendar ops take none), and remembers the (partition, offset) Kafka gives it;
 2. it reads the rejected topic from where it stood when the registrar was made — by assigned
    partitions, joining no group — and matches each rejection's `source` to what it sent: that
    registration is rejected, with the reason;
@@ -21,6 +22,9 @@ Outcomes go to `on_outcome`, on the caller's thread, from `poll()` and `flush()`
 has no thread of its own. A registration Kafka would not store (its delivery failed) is reported
 `failed`; one the producer refuses at once (too large) raises from the call instead. Rejections
 are at-least-once: a second one for a settled registration is ignored.
+
+A job naming a calendar may travel on another partition than the calendar's put_calendar, and
+partitions have no order between them: send the job once the put_calendar is reported applied.
 """
 
 from __future__ import annotations
@@ -40,12 +44,13 @@ from confluent_kafka import (
 )
 
 from tickwheel.clock import now_ms
-from tickwheel.domain import RegistrationOp
+from tickwheel.domain import CALENDAR_OPS, RegistrationOp
 from tickwheel.envelopes.parsing import EnvelopeError
 from tickwheel.envelopes.registrations import Registration, Rejection
 from tickwheel.kafka.clients import QUIET, admin_client, consumer, producer
 from tickwheel.signatures import sign
 from tickwheel.topics import Topics
+from tickwheel.wire.calendar import CalendarDocument
 from tickwheel.wire.job import VERSION_MAX, JobDocument
 
 __all__ = ["Outcome", "Registrar"]
@@ -62,7 +67,7 @@ class Outcome:
 
     status: Status  # applied | rejected (see reason) | failed (Kafka did not store it)
     op: str
-    job_id: str
+    job_id: str  # the job's id; for put_calendar and delete_calendar, the calendar's name
     version: int | None
     partition: int | None  # where Kafka stored it (None: failed)
     offset: int | None
@@ -155,8 +160,21 @@ class Registrar:
             RegistrationOp.BACKFILL, job_id, None, id=job_id, window_from=start, window_to=end
         )
 
+    def put_calendar(self, name: str, calendar: CalendarDocument | Mapping[str, Any]) -> None:
+        """Create or replace the tenant's calendar `name` (its document, as over HTTP)."""
+        document = (
+            calendar.model_dump(mode="json", exclude_unset=True)
+            if isinstance(calendar, CalendarDocument)
+            else dict(calendar)
+        )
+        self._send(RegistrationOp.PUT_CALENDAR, name, None, name=name, calendar=document)
+
+    def delete_calendar(self, name: str, *, force: bool = False) -> None:
+        """Delete a calendar; rejected naming the jobs while jobs name it, unless `force`."""
+        self._send(RegistrationOp.DELETE_CALENDAR, name, None, name=name, force=force or None)
+
     def _version(self, op: str, job_id: str, given: int | None) -> int | None:
-        versioned = op not in (RegistrationOp.TRIGGER, RegistrationOp.BACKFILL)
+        versioned = op not in (RegistrationOp.TRIGGER, RegistrationOp.BACKFILL, *CALENDAR_OPS)
         if given is not None or not self.versions or not versioned:
             return given
         version = max(self.clock(), self._last_version.get(job_id, 0) + 1)
@@ -166,7 +184,9 @@ class Registrar:
 
     def _send(self, op: str, job_id: str, version: int | None, **fields: Any) -> None:
         version = self._version(op, job_id, version)
-        value = Registration(op, self.tenant, version=version, **fields).encode()
+        registration = Registration(op, self.tenant, version=version, **fields)
+        value = registration.encode()
+        key = registration.calendar_key if op in CALENDAR_OPS else job_id
         if version is not None:
             self._last_version[job_id] = max(version, self._last_version.get(job_id, 0))
         sent = _Sent(str(op), job_id, version)
@@ -188,7 +208,7 @@ class Registrar:
             try:
                 self._producer.produce(
                     self._topics.registrations,
-                    key=job_id.encode(),
+                    key=key.encode(),
                     value=value,
                     headers=headers,
                     on_delivery=delivered,

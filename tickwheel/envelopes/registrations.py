@@ -1,5 +1,6 @@
 """The registration topics (DESIGN §5): `Registration`, a message on `registrations` (an
-upsert, pause, resume, delete, trigger or backfill), and `Rejection`, what the intake puts on
+upsert, pause, resume, delete, trigger or backfill of a job; a put_calendar or delete_calendar
+of a tenant's exclusion calendar), and `Rejection`, what the intake puts on
 `registrations.rejected` for one it could not apply, built to fit one message (`fitted`).
 """
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from tickwheel.domain import RegistrationOp
+from tickwheel.domain import CALENDAR_OPS, RegistrationOp
 from tickwheel.envelopes.parsing import EnvelopeError, loads_object, take
 from tickwheel.envelopes.reports import (
     TEXT_MAX_CHARS,
@@ -26,11 +27,16 @@ REJECTION_REASON_MAX_CHARS = TEXT_MAX_CHARS  # its name where rejections are con
 
 @dataclass(frozen=True)
 class Registration:
-    """A message on `registrations`: upsert carries a job document, the others an id.
+    """A message on `registrations`: upsert carries a job document, the other job ops an id.
 
     `trigger` may carry an `idempotency_key` (without one, the message's source position is
     its key, so a redelivery starts nothing); `backfill` carries `from` and `to` (ISO-8601
     instants, checked by the registry). Neither takes a `version`: they change no job.
+
+    The calendar ops name a calendar (`name`) and carry nothing of a job: `put_calendar`
+    carries the calendar document (`calendar`, checked by the registry), `delete_calendar`
+    may carry `force` (delete even while jobs name it). Neither takes a `version`: a
+    calendar's registrations keep their order by their key (`calendar_key`).
     """
 
     op: str
@@ -42,10 +48,24 @@ class Registration:
     window_from: str | None = None  # backfill only: the message's "from"
     window_to: str | None = None  # backfill only: the message's "to"
     note: str | None = None  # pause only: why (the registry checks its length and characters)
+    name: str | None = None  # calendar ops only: the calendar's name
+    calendar: dict[str, Any] | None = None  # put_calendar only: the calendar document
+    force: bool | None = None  # delete_calendar only: even while jobs name it
 
     def __post_init__(self) -> None:
         if self.op not in REGISTRATION_OPS:
             raise EnvelopeError(f"field 'op' must be one of {', '.join(REGISTRATION_OPS)}")
+        if self.op in CALENDAR_OPS:
+            self._check_calendar_op()
+            return
+        calendar_fields = (
+            ("name", self.name, "ops 'put_calendar' and 'delete_calendar'"),
+            ("calendar", self.calendar, "op 'put_calendar'"),
+            ("force", self.force, "op 'delete_calendar'"),
+        )
+        for name, value, ops in calendar_fields:
+            if value is not None:
+                raise EnvelopeError(f"field {name!r} applies to {ops} only")
         if self.op == RegistrationOp.UPSERT and self.job is None:
             raise EnvelopeError("field 'job' is missing (op 'upsert' carries the job document)")
         if self.op != RegistrationOp.UPSERT and self.id is None:
@@ -66,6 +86,37 @@ class Registration:
             raise EnvelopeError("fields 'from' and 'to' apply to op 'backfill' only")
         if self.note is not None and self.op != RegistrationOp.PAUSE:
             raise EnvelopeError("field 'note' applies to op 'pause' only")
+
+    def _check_calendar_op(self) -> None:
+        if self.name is None:
+            raise EnvelopeError(f"field 'name' is missing (op {self.op!r} names a calendar)")
+        job_fields = (
+            ("job", self.job),
+            ("id", self.id),
+            ("version", self.version),
+            ("idempotency_key", self.idempotency_key),
+            ("from", self.window_from),
+            ("to", self.window_to),
+            ("note", self.note),
+        )
+        for name, value in job_fields:
+            if value is not None:
+                raise EnvelopeError(f"field {name!r} does not apply to op {self.op!r}")
+        if self.op == RegistrationOp.PUT_CALENDAR:
+            if self.calendar is None:
+                raise EnvelopeError(
+                    "field 'calendar' is missing (op 'put_calendar' carries the calendar document)"
+                )
+            if self.force is not None:
+                raise EnvelopeError("field 'force' applies to op 'delete_calendar' only")
+        elif self.calendar is not None:
+            raise EnvelopeError("field 'calendar' applies to op 'put_calendar' only")
+
+    @property
+    def calendar_key(self) -> str:
+        """The Kafka key of a calendar op: one calendar's registrations stay in order, and no
+        job id can take this form (a job id has no '/')."""
+        return f"calendar/{self.name}"
 
     @property
     def job_id(self) -> str | None:
@@ -90,6 +141,12 @@ class Registration:
             body["to"] = self.window_to
         if self.note is not None:
             body["note"] = self.note
+        if self.name is not None:
+            body["name"] = self.name
+        if self.calendar is not None:
+            body["calendar"] = self.calendar
+        if self.force is not None:
+            body["force"] = self.force
         return orjson.dumps(body)
 
     @classmethod
@@ -105,6 +162,9 @@ class Registration:
             window_from=take(obj, "from", str, optional=True),
             window_to=take(obj, "to", str, optional=True),
             note=take(obj, "note", str, optional=True),
+            name=take(obj, "name", str, optional=True),
+            calendar=take(obj, "calendar", dict, optional=True),
+            force=take(obj, "force", bool, optional=True),
         )
 
 

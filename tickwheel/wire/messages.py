@@ -31,6 +31,7 @@ from tickwheel.domain import ATTEMPT_MAX, INSTANT_MAX_MS, INSTANT_MIN_MS, TENANT
 from tickwheel.envelopes.reports import TEXT_MAX_CHARS
 from tickwheel.envelopes.run import INT64_MAX
 from tickwheel.signatures import FORM_2, PREFIX_CHARS, SIGNATURE_HEADER
+from tickwheel.wire.calendar import CALENDAR_NAME_PATTERN, CalendarDocument
 from tickwheel.wire.job import (
     HANDLER_PATTERN,
     JOB_ID_PATTERN,
@@ -188,18 +189,57 @@ class Backfill(StrictModel):
     )
 
 
+CalendarName = Annotated[
+    str,
+    Field(
+        pattern=CALENDAR_NAME_PATTERN,
+        description="the calendar's name: 1-64 of A-Z a-z 0-9 . _ -, not starting with a dot",
+    ),
+]
+
+
+class PutCalendar(StrictModel):
+    """Create or replace one of the tenant's exclusion calendars (the document, as over HTTP);
+    never versioned: a calendar's registrations keep their order by their key."""
+
+    op: Literal["put_calendar"]
+    tenant: Tenant
+    name: CalendarName
+    calendar: CalendarDocument
+
+
+class DeleteCalendar(StrictModel):
+    """Delete one of the tenant's calendars; refused while jobs name it, unless `force`."""
+
+    op: Literal["delete_calendar"]
+    tenant: Tenant
+    name: CalendarName
+    force: bool | None = Field(
+        None,
+        description="optional: delete even while jobs name it (they then run as if it excluded "
+        "nothing); without it, such a delete is rejected naming the jobs",
+    )
+
+
 class RegistrationMessage(
     RootModel[
-        Annotated[Upsert | Delete | Pause | Resume | Trigger | Backfill, Field(discriminator="op")]
+        Annotated[
+            Upsert | Delete | Pause | Resume | Trigger | Backfill | PutCalendar | DeleteCalendar,
+            Field(discriminator="op"),
+        ]
     ]
 ):
-    """A message on `<prefix>.registrations`, keyed by the job id. Every one ends applied or on
-    `<prefix>.registrations.rejected` with its reason."""
+    """A message on `<prefix>.registrations`, keyed by the job id (a calendar op by
+    `calendar/<name>`). Every one ends applied or on `<prefix>.registrations.rejected` with its
+    reason."""
 
     model_config = {
         "json_schema_extra": _kafka(
             "<prefix>.registrations",
-            "the job id (UTF-8): keeps one job's registrations in order",
+            "the job id (UTF-8): keeps one job's registrations in order; a calendar op's key is "
+            "'calendar/<name>'. Registrations on different partitions have no order: a job "
+            "naming a new calendar is sent once the put_calendar is applied, or on its "
+            "partition",
             {
                 SIGNATURE_HEADER: {
                     "required": "yes, by default (TICKWHEEL_INTAKE_REQUIRE_SIGNATURE=true); only "
