@@ -176,7 +176,8 @@ async def put(
         if row is not None and exists and orjson.loads(row["document"]) == document:
             return CalendarResult(CalendarOutcome.UNCHANGED, _view(tenant, name, row))
         if not exists:
-            held = await conn.fetchval(QUERIES["calendars_count_locking_tenant"], tenant)
+            await conn.execute(QUERIES["calendars_tenant_lock"], tenant)
+            held = await conn.fetchval(QUERIES["calendars_count"], tenant)
             if held >= MAX_TENANT_CALENDARS:
                 return CalendarResult(CalendarOutcome.OVER_LIMIT)
         written = await conn.fetchrow(

@@ -201,10 +201,11 @@ class RegistryStore:
         for i, op in enumerate(ops):
             key = op.key
             before = state.get(key)
-            if problems and i in problems:
+            new, outcome = apply(before, op, now, resume_from=self._spec_of)
+            if problems and i in problems and outcome.changed:
+                # A replay or an unchanged document was accepted before: not refused now.
                 results.append(Applied(op, Outcome.REFUSED, before, problem=problems[i]))
                 continue
-            new, outcome = apply(before, op, now, resume_from=self._spec_of)
             if outcome is not Outcome.REPLAY:
                 changes = outcome.changed and _registered(new) != _registered(before)
                 delta = (1 if _registered(new) else -1) if changes else 0

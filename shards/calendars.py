@@ -8,7 +8,9 @@ recorded skipped with that reason. So an edit reaches every leader within a poll
 that takes over decides with what its process already holds — no calendar is ever copied into
 a wheel entry, and the claims of jobs naming none never look here.
 
-A calendar a job names and the book does not hold (deleted with `force`) excludes nothing.
+A leader about to claim a job naming a calendar the book never saw (created after its last
+poll, the job's row reaching the leader first) polls before it plans (`knows`). A calendar
+the book saw deleted (`force`) excludes nothing.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import asyncpg
 import orjson
 
 from tickwheel.queries import QUERIES
-from tickwheel.schedule import ScheduleError
 from tickwheel.schedule.calendars import Calendar, parse_calendar
 from tickwheel.shards.store import DB_ERRORS
 
@@ -39,6 +41,7 @@ class CalendarBook:
         self._calendars: dict[tuple[str, str], Calendar] = {}
         self._versions: dict[tuple[str, str], int] = {}  # deleted ones too: repeats are old
         self._since: str | None = None
+        self.polled_at: float | None = None  # monotonic time of the last successful poll
 
     @property
     def loaded(self) -> bool:
@@ -46,6 +49,12 @@ class CalendarBook:
 
     def __len__(self) -> int:
         return len(self._calendars)
+
+    def knows(self, tenant: str, names: Iterable[str]) -> bool:
+        """Whether the book has seen every one of `names` (held, or deleted): a name it never
+        saw means a job written after the book's last poll names a calendar created since."""
+        versions = self._versions
+        return all((tenant, name) in versions for name in names)
 
     def reason(self, tenant: str, names: Iterable[str], ms: int) -> str | None:
         """Why the first of `names` that excludes `ms` does ("calendar NAME: RULE"), else None."""
@@ -72,12 +81,12 @@ class CalendarBook:
                 continue
             try:
                 self._calendars[key] = parse_calendar(key[1], orjson.loads(document))
-            except ScheduleError as exc:
+            except Exception as exc:
                 # The registry stored only what parses; a calendar this code cannot read
-                # (written by a newer registry?) excludes nothing rather than stop the claims.
+                # (written by a newer registry, or by hand) excludes nothing.
                 self._calendars.pop(key, None)
                 log.error(
-                    "calendar %s/%s version %d does not parse; it excludes nothing: %s",
+                    "calendar %s/%s version %d cannot be read; it excludes nothing: %r",
                     key[0], key[1], version, exc,
                 )  # fmt: skip
         return changed
@@ -89,10 +98,18 @@ class CalendarBook:
             rows = await conn.fetch(QUERIES["calendars_changed_since"], self._since or "0")
         changed = self.apply(rows)
         self._since = position
+        self.polled_at = time.monotonic()
         return changed
 
-    async def run(self, pool: asyncpg.Pool, stop: asyncio.Event) -> None:
-        """The `calendars` part: poll every second until `stop`; a failed poll is retried."""
+    async def run(
+        self,
+        pool: asyncpg.Pool,
+        stop: asyncio.Event,
+        on_age: Callable[[float], None] | None = None,
+    ) -> None:
+        """The `calendars` part: poll every second until `stop`; a failed poll is retried.
+        `on_age` is told the seconds since the last successful poll after every attempt (the
+        `tickwheel_scheduler_calendars_age_seconds` gauge)."""
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), POLL_INTERVAL_S)
@@ -102,6 +119,8 @@ class CalendarBook:
                 changed = await self.poll(pool)
             except DB_ERRORS:
                 log.warning("calendar poll failed; retrying", exc_info=True)
-                continue
+                changed = 0
+            if on_age is not None and self.polled_at is not None:
+                on_age(time.monotonic() - self.polled_at)
             if changed:
                 log.info("calendars changed", extra={"changed": changed, "held": len(self)})

@@ -415,6 +415,11 @@ class ShardLeader(HorizonHolding):
         assert self.lease is not None
         try:
             counts, runs_done = await store.plan_reads(self.s.pool, chunk)
+            book = self.s.calendars
+            if any(
+                e.rules.calendars and not book.knows(e.tenant, e.rules.calendars) for e in chunk
+            ):
+                await book.poll(self.s.pool)  # a calendar created since its last poll (D-286)
             batch = plan_claims(chunk, now, self.s.cache, counts, runs_done, self.s.calendars)
             # One statement, fenced by itself, shared with the other leaders' claims made
             # meanwhile (claims.py, store.claim_many).

@@ -83,6 +83,11 @@ class SchedulerMetrics:
             "Age of the newest job change when the feed applied it to a wheel",
             registry=r,
         )
+        self.calendars_age = Gauge(
+            "tickwheel_scheduler_calendars_age_seconds",
+            "Seconds since the exclusion calendars were last read (polled every second)",
+            registry=r,
+        )
         self.zk_state = Gauge(
             "tickwheel_scheduler_zookeeper_connected",
             "1 while the ZooKeeper session is connected, else 0",

@@ -29,7 +29,7 @@ as the job's one buffered run, so a further occurrence is skipped.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
@@ -314,24 +314,22 @@ class Exclusions(Protocol):
     def reason(self, tenant: str, names: Iterable[str], ms: int) -> str | None: ...
 
 
-def _excluded(
-    batch: ClaimBatch,
-    ids: tuple[str, str],
-    run: list[int],
-    names: tuple[str, ...],
-    calendars: Exclusions,
-) -> list[int]:
-    """The occurrences of `run` no calendar of the job excludes; the others are recorded
-    skipped with the calendar's reason, before the overlap policy and max_runs see the rest
-    (an excluded occurrence is not a run: it neither overlaps nor counts)."""
-    kept = []
-    for ms in run:
-        why = calendars.reason(ids[0], names, ms)
-        if why is None:
-            kept.append(ms)
-        else:
-            batch.add_run(ids, ms, RunStatus.SKIPPED, why, False)
-    return kept
+def _exclusions(
+    cache: ScheduleCache, entry: JobEntry, names: tuple[str, ...], calendars: Exclusions
+) -> Callable[[int], str | None]:
+    """Why a calendar the job names excludes its occurrence at a scheduled instant, or None:
+    the scheduled instant or, for a jittered job, the instant it would run at (D-286)."""
+    tenant = entry.tenant
+    if not entry.rules.jitter_ms:
+        return lambda ms: calendars.reason(tenant, names, ms)
+
+    def why(ms: int) -> str | None:
+        found = calendars.reason(tenant, names, ms)
+        if found is None and (due := due_at(cache, entry, ms)) != ms:
+            found = calendars.reason(tenant, names, due)
+        return found
+
+    return why
 
 
 def _note_due(batch: ClaimBatch, cache: ScheduleCache, entry: JobEntry, first_row: int) -> None:
@@ -375,8 +373,13 @@ def plan_claims(
         jitter = rules.jitter_ms
         if jitter:  # late from the instant it was due (D-287)
             late -= jitter_offset(entry.key, expected, jitter, following)
+        excluding = None
+        if rules.calendars is not None and calendars is not None:
+            excluding = _exclusions(cache, entry, rules.calendars, calendars)
         if late <= rules.grace_ms and (following is None or following > now_ms):
             run, skipped, next_ms, span = [expected], [], following, None
+            if excluding is not None and (why := excluding(expected)) is not None:
+                run, skipped = [], [(expected, why)]
         else:
             plan = plan_misfire(
                 rules.misfire_policy,
@@ -387,6 +390,7 @@ def plan_claims(
                 partial(next_fire, cache, entry),
                 partial(due_at, cache, entry) if jitter else None,
                 jitter,
+                excluding,
             )
             run, skipped, next_ms, span = (
                 plan.run,
@@ -403,8 +407,6 @@ def plan_claims(
         batch.next_ms.append(next_ms)
         batch.complete.append(next_ms is None)
         first_row = len(batch.run_status)
-        if rules.calendars is not None and calendars is not None:
-            run = _excluded(batch, ids, run, rules.calendars, calendars)
         if rules.overlap_policy == OverlapPolicy.ALLOW:
             for ms in run:
                 batch.add_run(ids, ms, RunStatus.PENDING, None, True)

@@ -167,7 +167,12 @@ class Scheduler:
         process.spawn("election", self._coordinate(process))
         process.spawn("feed", self.feed.run(process.stop))
         process.spawn("positions", self.shared.positions.run(process.stop))
-        process.spawn("calendars", self.shared.calendars.run(self._pool, process.stop))
+        process.spawn(
+            "calendars",
+            self.shared.calendars.run(
+                self._pool, process.stop, on_age=self.metrics.calendars_age.set
+            ),
+        )
         # The window's counts have a connection of their own: from the leaders' pool a count
         # waited for one about a second in a steady 5,000/s run, and a window that sees the
         # workers' progress a second late holds back what they could already run.

@@ -6,6 +6,7 @@ the calendar.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import uuid
 from collections.abc import AsyncIterator
@@ -273,3 +274,56 @@ async def test_a_calendar_edit_reaches_a_running_leader_and_a_later_one(sched: S
     later = [r for r in await sched.runs("tick") if r["ms"] > stopped]
     assert later and all(r["status"] == "skipped" for r in later)
     assert {r["skip_reason"] for r in later} == {"calendar gate: daily 00:00-24:00 (UTC)"}
+
+
+async def test_a_kafka_registration_stays_a_replay_after_an_http_write(api: Any) -> None:
+    """put_calendar applied from (partition 2, offset 100), then the tenant replaces the
+    calendar over HTTP: the registration redelivered changes nothing, and neither does a
+    redelivered delete"""
+    store, _ = api
+    tenant, client = await _tenant(api)
+    async with client:
+        doc = calendars.check_calendar("h", {"dates": ["2026-12-25"]})
+        first = await calendars.put(store.pool, tenant, "h", doc, source=(2, 100))
+        assert first.outcome.value == "created"
+        newer = {"dates": ["2026-12-25", "2026-12-26"]}
+        assert (await client.put("/v1/calendars/h", json=newer)).json()["version"] == 2
+        again = await calendars.put(store.pool, tenant, "h", doc, source=(2, 100))
+        assert again.outcome.value == "replay"
+        gone = await calendars.delete(store.pool, tenant, "h", source=(2, 99))
+        assert gone.outcome.value == "replay"
+        stored = (await client.get("/v1/calendars/h")).json()
+        assert stored["dates"] == newer["dates"] and stored["version"] == 2
+
+
+async def test_racing_creations_never_pass_the_tenants_limit(api: Any) -> None:
+    """a tenant at 99 calendars, ten creations at once: exactly one is created"""
+    store, _ = api
+    tenant, client = await _tenant(api)
+    await client.aclose()
+    empty = calendars.check_calendar("x", {})
+    for i in range(calendars.MAX_TENANT_CALENDARS - 1):
+        await calendars.put(store.pool, tenant, f"c{i}", empty)
+    results = await asyncio.gather(
+        *(calendars.put(store.pool, tenant, f"new{i}", empty) for i in range(10))
+    )
+    outcomes = sorted(r.outcome.value for r in results)
+    assert outcomes == ["created"] + ["over_limit"] * 9, outcomes
+    assert len(await calendars.list_all(store.pool, tenant)) == calendars.MAX_TENANT_CALENDARS
+
+
+async def test_a_job_naming_a_force_deleted_calendar_is_still_unchanged_when_sent_again(
+    api: Any,
+) -> None:
+    """the same document again is unchanged (200), not refused; a changed one is refused
+    naming the calendar"""
+    _, client = await _tenant(api)
+    async with client:
+        await client.put("/v1/calendars/gone", json={})
+        job = {"id": "j", "schedule": "0 9 * * *", "handler": "demo.echo", "calendars": ["gone"]}
+        assert (await client.post("/v1/jobs", json=job)).status_code == 201
+        assert (await client.delete("/v1/calendars/gone?force=true")).status_code == 204
+        same = await client.post("/v1/jobs", json=job)
+        assert same.status_code == 200 and same.json()["version"] == 1
+        changed = await client.post("/v1/jobs", json={**job, "priority": "high"})
+        assert "no calendar named 'gone'" in _fields(changed)["calendars.0"]

@@ -26,7 +26,7 @@ from tickwheel.schedule.calendars import (
 )
 from tickwheel.schedule.cli import cron
 from tickwheel.shards.calendars import CalendarBook
-from tickwheel.shards.plan import JobEntry, plan_claims
+from tickwheel.shards.plan import JobEntry, due_at, plan_claims
 
 pytestmark = pytest.mark.unit
 
@@ -191,19 +191,125 @@ T0 = _ms("2027-03-01T10:00:00Z")
 
 
 def test_excluded_occurrences_neither_overlap_nor_count_toward_max_runs() -> None:
-    """a catch-up of four minutes, two of them excluded, for a job with max_runs 2 and
-    overlap skip: the two excluded are skipped naming the calendar, and the two others are
-    what the overlap policy and the limit decide over"""
-    book = _book(("acme", "odd", 1, {"cron": ["1,3 * * * *"]}))
-    entry = _entry(T0, ("odd",), max_runs=2)
-    batch = plan_claims([entry], T0 + 3 * MIN, ScheduleCache(), done={("acme", "j"): (0, 0)},
-                        calendars=book)  # fmt: skip
+    """a catch-up of four minutes whose first and third a calendar excludes, for a job with
+    overlap skip and max_runs 2: the excluded two are skipped naming the calendar, the second
+    minute takes the one run the overlap policy allows (an excluded occurrence did not take
+    it), the fourth is skipped as an overlap, and one run is counted"""
+    book = _book(("acme", "even", 1, {"cron": ["0,2 * * * *"]}))
+    entry = _entry(T0, ("even",), max_runs=2, overlap_policy="skip")
+    batch = plan_claims([entry], T0 + 3 * MIN, ScheduleCache(), {("acme", "j"): (0, 0)},
+                        {("acme", "j"): (0, 0)}, calendars=book)  # fmt: skip
     rows = sorted(zip(batch.run_ms, batch.run_status, batch.run_reason, strict=True))
     assert [(ms - T0) // MIN for ms, _, _ in rows] == [0, 1, 2, 3]
-    assert [s for _, s, _ in rows] == ["pending", "skipped", "pending", "skipped"]
-    assert rows[1][2] == "calendar odd: cron '1,3 * * * *' (UTC)"
-    assert batch.counted[("acme", "j")][0] == 2
-    assert batch.complete == [True]  # its two runs are the last
+    assert [(s, r) for _, s, r in rows] == [
+        ("skipped", "calendar even: cron '0,2 * * * *' (UTC)"),
+        ("pending", None),
+        ("skipped", "calendar even: cron '0,2 * * * *' (UTC)"),
+        ("skipped", "overlap"),
+    ]
+    assert batch.counted[("acme", "j")][0] == 1
+    assert batch.complete == [False]
+
+
+HOUR = 3_600_000
+SATURDAY = _ms("2027-03-06T00:00:00Z")
+MONDAY_0930 = _ms("2027-03-08T09:30:00Z")
+
+
+@pytest.mark.parametrize(
+    ("policy", "max_catchup", "ran_hours"),
+    [("run_once", 10, [48]), ("run_all", 3, [48, 49, 50]), ("skip", 10, [])],
+)
+def test_the_misfire_policy_chooses_among_the_occurrences_no_calendar_excludes(
+    policy: str, max_catchup: int, ran_hours: list[int]
+) -> None:
+    """an hourly job whose schedulers were down from Saturday 00:00 to Monday 09:30, with a
+    weekend calendar: every weekend hour is recorded skipped naming the calendar, and the
+    policy picks among Monday's: run_once the oldest, run_all the first max_catchup"""
+    book = _book(("acme", "weekend", 1, {"weekdays": ["sat", "sun"]}))
+    entry = _entry(SATURDAY, ("weekend",), schedule="0 * * * *", misfire_policy=policy,
+                   max_catchup=max_catchup)  # fmt: skip
+    batch = plan_claims([entry], MONDAY_0930, ScheduleCache(), calendars=book)
+    rows = {(ms - SATURDAY) // HOUR: (st, r) for ms, st, r in
+            zip(batch.run_ms, batch.run_status, batch.run_reason, strict=True)}  # fmt: skip
+    assert sorted(rows) == list(range(58))  # Saturday 00:00 to Monday 09:00, every hour once
+    for hour in range(48):
+        day = "sat" if hour < 24 else "sun"
+        assert rows[hour] == ("skipped", f"calendar weekend: weekday {day} (UTC)"), hour
+    assert [h for h in range(48, 58) if rows[h][0] == "pending"] == ran_hours
+    assert all(
+        rows[h][1] in ("misfire", "max_catchup") for h in range(48, 58) if h not in ran_hours
+    )
+    assert batch.next_ms == [SATURDAY + 58 * HOUR]
+
+
+BERLIN_FALL_BACK = "2026-10-25"  # 03:00 CEST -> 02:00 CET: 02:00-02:59 happen twice
+BERLIN_SPRING = "2026-03-29"  # 02:00 CET -> 03:00 CEST: 02:00-02:59 do not happen
+
+
+@pytest.mark.parametrize(
+    ("rules", "utc", "excluded"),
+    [
+        # both copies of the repeated hour are 02:xx local
+        ({"daily": [{"start": "02:00", "end": "03:00"}]}, "2026-10-25T00:30:00Z", True),
+        ({"daily": [{"start": "02:00", "end": "03:00"}]}, "2026-10-25T01:30:00Z", True),
+        ({"daily": [{"start": "02:00", "end": "03:00"}]}, "2026-10-25T02:00:00Z", False),
+        ({"cron": ["0 30 2 * * *"]}, "2026-10-25T00:30:00Z", True),
+        ({"cron": ["0 30 2 * * *"]}, "2026-10-25T01:30:00Z", True),
+        ({"cron": ["0 30 2 * * *"]}, "2026-10-25T01:30:01Z", False),
+        ({"cron": ["30 2 * * *"]}, "2026-10-25T01:30:59Z", True),
+        ({"cron": ["30 2 * * *"]}, "2026-10-25T01:31:00Z", False),
+        # the skipped hour: the instants either side are not in it
+        ({"daily": [{"start": "02:00", "end": "03:00"}]}, "2026-03-29T00:59:59Z", False),
+        ({"daily": [{"start": "02:00", "end": "03:00"}]}, "2026-03-29T01:00:00Z", False),
+        ({"dates": [BERLIN_SPRING]}, "2026-03-28T23:00:00Z", True),  # local midnight
+        ({"dates": [BERLIN_SPRING]}, "2026-03-28T22:59:59Z", False),
+        ({"dates": [BERLIN_FALL_BACK]}, "2026-10-25T22:59:59Z", True),  # a 25-hour day
+        ({"dates": [BERLIN_FALL_BACK]}, "2026-10-25T23:00:00Z", False),
+    ],
+)
+def test_rules_at_berlins_clock_changes(rules: dict[str, Any], utc: str, excluded: bool) -> None:
+    calendar = parse_calendar("c", {"timezone": "Europe/Berlin", **rules})
+    assert (calendar.exclusion(_ms(utc)) is not None) == excluded
+
+
+MONDAYS = {"weekdays": ["mon"]}
+
+
+def test_a_row_the_book_cannot_read_excludes_nothing_and_stops_nothing() -> None:
+    book = CalendarBook()
+    changed = book.apply(
+        [
+            {"tenant": "acme", "name": "bad", "version": 1, "document": "[]"},
+            {
+                "tenant": "acme",
+                "name": "good",
+                "version": 1,
+                "document": _json({"weekdays": ["mon"]}),
+            },
+        ]
+    )
+    monday = _ms("2027-03-01T10:00:00Z")
+    assert changed == 2
+    assert book.reason("acme", ["bad"], monday) is None
+    assert book.reason("acme", ["good"], monday) is not None
+    assert book.knows("acme", ["bad", "good"]) and not book.knows("acme", ["new"])
+
+
+def test_a_jittered_occurrence_that_would_run_inside_an_exclusion_is_excluded() -> None:
+    """an occurrence at 01:59 whose jitter would start it inside 02:00-04:00 is skipped naming
+    the range; the same job without jitter runs"""
+    book = _book(("acme", "maint", 1, {"daily": [{"start": "02:00", "end": "04:00"}]}))
+    at = _ms("2027-03-01T01:59:00Z")
+    entry = _entry(at, ("maint",), schedule="59 1 * * *", jitter_ms=3_000_000)
+    due = due_at(ScheduleCache(), entry, at)
+    assert due >= at + 60_000, "the test needs an offset past 02:00"
+    batch = plan_claims([entry], due, ScheduleCache(), calendars=book)
+    assert batch.run_status == ["skipped"]
+    assert batch.run_reason == ["calendar maint: daily 02:00-04:00 (UTC)"]
+    plain = plan_claims([_entry(at, ("maint",), schedule="59 1 * * *")], at, ScheduleCache(),
+                        calendars=book)  # fmt: skip
+    assert plain.run_status == ["pending"]
 
 
 def test_the_book_keeps_the_newest_version_and_forgets_deleted_calendars() -> None:

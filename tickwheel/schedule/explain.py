@@ -219,6 +219,8 @@ def explain_cron(
                 reasons = tuple(Reason(rule, text) for rule, text in found)
                 occurrence = replace(occurrence, reasons=occurrence.reasons + reasons)
         why = None if exclusions is None else exclusions(instant)
+        if why is None and exclusions is not None and due is not None:
+            why = exclusions(due(instant))  # it would run inside an exclusion (D-286)
         if why is not None:
             excluded = Reason("calendars", f"excluded by {why}: recorded skipped, not run")
             occurrence = replace(occurrence, reasons=(*occurrence.reasons, excluded), excluded=why)

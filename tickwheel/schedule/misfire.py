@@ -105,6 +105,7 @@ def plan_misfire(
     next_after: Callable[[int], int | None],
     due: Callable[[int], int] | None = None,
     jitter_ms: int = 0,
+    excluded: Callable[[int], str | None] | None = None,
 ) -> MisfirePlan:
     """Plan the occurrences of a job from `expected_ms` (its `next_run_at`) up to `now_ms`.
 
@@ -115,6 +116,12 @@ def plan_misfire(
     scheduled at `s` is due (`s <= due(s) < s + jitter_ms`, and before the next occurrence):
     an occurrence is then on time, late or not due yet by its due instant, while the plan
     still names it by its scheduled one.
+
+    A job with exclusion calendars (`calendars.py`, D-286) passes `excluded(s)`, the calendar
+    and rule excluding the occurrence at `s` (None: it may run). An excluded occurrence is
+    recorded skipped with that reason, and the policy chooses among the others: `run_once`
+    runs the oldest misfire no calendar excludes, `run_all` the first `max_catchup` of them.
+    Occurrences past PLAN_LIMIT stay in the span, under the policy's reason.
     """
     mode = validate_misfire(policy, grace_ms, max_catchup)
     if now_ms < expected_ms:
@@ -152,15 +159,22 @@ def plan_misfire(
         on_time.append(occurrence)
         occurrence = next_after(occurrence)
 
+    calendar_skips: list[tuple[int, str]] = []
+    if excluded is not None:
+        misfires = _allowed(misfires, excluded, calendar_skips)
+        on_time = _allowed(on_time, excluded, calendar_skips)
     if mode is MisfirePolicy.SKIP:
         run, skipped, reason = [], misfires, REASON_MISFIRE
     elif mode is MisfirePolicy.RUN_ONCE:
         run, skipped, reason = misfires[:1], misfires[1:], REASON_MISFIRE
     else:
         run, skipped, reason = misfires[:max_catchup], misfires[max_catchup:], REASON_MAX_CATCHUP
+    skips = [(instant, reason) for instant in skipped]
+    if calendar_skips:
+        skips = sorted(skips + calendar_skips)
     return MisfirePlan(
         run=run + on_time,
-        skipped=[(instant, reason) for instant in skipped],
+        skipped=skips,
         next_run_at=occurrence,
         skipped_span=(
             SkippedSpan(start_ms=span_start, end_ms=span_end, reason=reason)
@@ -168,3 +182,17 @@ def plan_misfire(
             else None
         ),
     )
+
+
+def _allowed(
+    instants: list[int], excluded: Callable[[int], str | None], skips: list[tuple[int, str]]
+) -> list[int]:
+    """The instants no calendar excludes; the others go to `skips` with their reason."""
+    kept = []
+    for instant in instants:
+        why = excluded(instant)
+        if why is None:
+            kept.append(instant)
+        else:
+            skips.append((instant, why))
+    return kept

@@ -323,13 +323,15 @@ SELECT c.version, c.document::text AS document, c.intake_partition, c.intake_off
 FROM calendars c WHERE c.tenant = $1 AND c.name = $2
 FOR UPDATE
 
--- calendars_count_locking_tenant --
--- The tenant's calendars, counted under its row's lock (FOR NO KEY UPDATE: a job's insert,
+-- calendars_tenant_lock --
+-- The tenant's row, locked before a new calendar is counted (FOR NO KEY UPDATE: a job's insert,
 -- whose foreign key share-locks the row, does not wait for it), so two creations in a race
--- cannot both take the last place.
-SELECT (SELECT count(*) FROM calendars c WHERE c.tenant = t.name AND c.document IS NOT NULL)
-FROM tenants t WHERE t.name = $1
-FOR NO KEY UPDATE OF t
+-- cannot both take the last place. The count is a statement of its own
+-- (`calendars_count`): one in this statement would read a snapshot taken before the wait.
+SELECT 1 FROM tenants t WHERE t.name = $1 FOR NO KEY UPDATE OF t
+
+-- calendars_count --
+SELECT count(*) FROM calendars c WHERE c.tenant = $1 AND c.document IS NOT NULL
 
 -- calendar_write --
 -- Create, replace or delete (document NULL) a calendar; every write moves its version on and
@@ -338,15 +340,18 @@ INSERT INTO calendars AS c (tenant, name, document, intake_partition, intake_off
 VALUES ($1, $2, $3::jsonb, $4, $5)
 ON CONFLICT (tenant, name) DO UPDATE
 SET version = c.version + 1, document = EXCLUDED.document, change_xid = pg_current_xact_id(),
-    intake_partition = EXCLUDED.intake_partition, intake_offset = EXCLUDED.intake_offset,
+    -- An HTTP or CLI write keeps the last Kafka position: a redelivered older registration
+    -- is still a replay after it (as jobs keep theirs).
+    intake_partition = coalesce(EXCLUDED.intake_partition, c.intake_partition),
+    intake_offset = CASE WHEN EXCLUDED.intake_partition IS NULL THEN c.intake_offset
+                         ELSE EXCLUDED.intake_offset END,
     updated_at = now()
 RETURNING c.version, c.document::text AS document, c.updated_at
 
 -- calendar_jobs --
--- The jobs, not deleted, that name a calendar (a scan of the tenant's jobs: a calendar's
--- delete is rare, and an index would cost every job write).
+-- The jobs, not deleted, that name a calendar (index jobs_calendars).
 SELECT j.job_id FROM jobs j
-WHERE j.tenant = $1 AND $2 = ANY (j.calendars) AND j.status <> 'deleted'
+WHERE j.calendars @> ARRAY[$2::text] AND j.tenant = $1 AND j.status <> 'deleted'
 ORDER BY j.job_id
 LIMIT $3
 
