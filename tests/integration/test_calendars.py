@@ -22,7 +22,7 @@ from tickwheel.registry_api.document import Limits
 from tickwheel.registry_api.http import create_app
 from tickwheel.registry_api.store import RegistryStore
 
-from .conftest import SchedEnv, running_scheduler, wait_for
+from .conftest import SchedEnv, running_scheduler, upsert_op, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -327,3 +327,29 @@ async def test_a_job_naming_a_force_deleted_calendar_is_still_unchanged_when_sen
         assert same.status_code == 200 and same.json()["version"] == 1
         changed = await client.post("/v1/jobs", json={**job, "priority": "high"})
         assert "no calendar named 'gone'" in _fields(changed)["calendars.0"]
+
+
+async def test_a_delete_racing_a_job_that_names_the_calendar_sees_the_job(api: Any) -> None:
+    """a job batch naming the calendar is inside its transaction (the calendar share-locked)
+    when the delete starts: the delete waits for it, then finds the job and is refused"""
+    store, _ = api
+    tenant, client = await _tenant(api)
+    await client.aclose()
+    await calendars.put(store.pool, tenant, "c", calendars.check_calendar("c", {}))
+    inside, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(_conn: Any, _results: Any) -> None:
+        inside.set()
+        await release.wait()
+
+    doc = {"id": "j", "schedule": "0 9 * * *", "handler": "demo.echo", "calendars": ["c"]}
+    writing = asyncio.create_task(store.apply([upsert_op(tenant, doc, SHARDS)], within=hold))
+    await asyncio.wait_for(inside.wait(), 10)
+    deleting = asyncio.create_task(calendars.delete(store.pool, tenant, "c"))
+    await asyncio.sleep(0.5)
+    assert not deleting.done(), "the delete waits for the batch that names the calendar"
+    release.set()
+    [applied] = await writing
+    assert applied.outcome.value == "created"
+    result = await asyncio.wait_for(deleting, 10)
+    assert result.outcome.value == "in_use" and result.jobs == ("j",)
