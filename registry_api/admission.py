@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from confluent_kafka import Message
 
@@ -510,22 +510,31 @@ class Admission:
                 replays[position(item.msg)] = _replayed(*key, partition, offset)
         if not replays:
             return
-        calendar_ops, calendar_messages = [], []
-        for calendar_op, msg in zip(prepared.calendar_ops, prepared.calendar_messages, strict=True):
-            reason = replays.get(position(msg))
-            if reason is None:
-                calendar_ops.append(calendar_op)
-                calendar_messages.append(msg)
-            else:
-                prepared.rejected.append(Rejected(msg, reason, RejectKind.REPLAYED))
-        prepared.calendar_ops, prepared.calendar_messages = calendar_ops, calendar_messages
-        ops, messages = [], []
-        for op, msg in zip(prepared.ops, prepared.op_messages, strict=True):
-            reason = replays.get(position(msg))
-            if reason is None:
-                ops.append(op)
-                messages.append(msg)
-            else:
-                prepared.rejected.append(Rejected(msg, reason, RejectKind.REPLAYED))
-        prepared.ops, prepared.op_messages = ops, messages
+        prepared.calendar_ops, prepared.calendar_messages = _without_replays(
+            prepared.calendar_ops, prepared.calendar_messages, replays, prepared.rejected
+        )
+        prepared.ops, prepared.op_messages = _without_replays(
+            prepared.ops, prepared.op_messages, replays, prepared.rejected
+        )
         prepared.plan = None  # made for the ops before: the transaction folds instead
+
+
+T = TypeVar("T")
+
+
+def _without_replays(
+    ops: list[T],
+    messages: list[Message],
+    replays: dict[tuple[int, int], str],
+    rejected: list[Rejected],
+) -> tuple[list[T], list[Message]]:
+    """`ops` and their messages but the replayed ones, which go to `rejected` with the reason."""
+    kept_ops, kept_messages = [], []
+    for op, msg in zip(ops, messages, strict=True):
+        reason = replays.get(position(msg))
+        if reason is None:
+            kept_ops.append(op)
+            kept_messages.append(msg)
+        else:
+            rejected.append(Rejected(msg, reason, RejectKind.REPLAYED))
+    return kept_ops, kept_messages
