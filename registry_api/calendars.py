@@ -36,7 +36,12 @@ from pydantic import ValidationError
 from tickwheel.clock import format_datetime
 from tickwheel.domain import RegistrationOp
 from tickwheel.queries import QUERIES
-from tickwheel.registry_api.document import FieldProblem, JobValidationError
+from tickwheel.registry_api.document import (
+    FieldProblem,
+    JobValidationError,
+    check_pause_note,
+    storable_problems,
+)
 from tickwheel.schedule import ScheduleError
 from tickwheel.schedule.calendars import CALENDAR_NAME_PATTERN, Calendar, parse_calendar
 from tickwheel.wire.calendar import CalendarDocument
@@ -143,6 +148,10 @@ def check_calendar(name: str, value: Any) -> dict[str, Any]:
             ]
         ) from None
     stored = doc.model_dump(mode="json")
+    if problems := storable_problems(stored):
+        raise JobValidationError(problems)  # a NUL or a lone surrogate Postgres cannot store
+    if stored.get("description") is not None:
+        check_pause_note(stored["description"], "description")  # shown in terminals too
     try:
         parse_calendar(name, stored)
     except ScheduleError as exc:

@@ -55,6 +55,10 @@ OPERATIONS = (
     ("POST", "/v1/jobs/{job_id}/trigger"),
     ("POST", "/v1/jobs/{job_id}/backfill"),
     ("DELETE", "/v1/jobs/{job_id}"),
+    ("PUT", "/v1/calendars/{name}"),
+    ("GET", "/v1/calendars"),
+    ("GET", "/v1/calendars/{name}"),
+    ("DELETE", "/v1/calendars/{name}"),
     ("GET", "/healthz"),
     ("GET", "/metrics"),
     # Operators' endpoints: with the tenant's key every request must end 403, never 5xx.

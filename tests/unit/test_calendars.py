@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tickwheel.domain import RunStatus
+from tickwheel.registry_api.calendars import check_calendar
 from tickwheel.registry_api.document import JobValidationError, Limits, parse_document, validate_job
 from tickwheel.schedule import ScheduleCache, ScheduleError
 from tickwheel.schedule.calendars import (
@@ -368,3 +369,22 @@ def test_excluded_by_tries_each_calendar_in_turn() -> None:
     monday = _ms("2027-03-01T10:00:00Z")
     assert excluded_by([first, second], monday) == "calendar b: weekday mon (UTC)"
     assert excluded_by([first], monday) is None
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"description": "a\x00b"}, "description"),
+        ({"description": "red \x1b[31m"}, "description"),
+        ({"dates": ["\ud800"]}, "dates.0"),
+        ({"cron": ["0 0 * * *\x00"]}, "cron.0"),
+    ],
+)
+def test_what_the_store_cannot_write_or_a_terminal_show_is_refused(
+    doc: dict[str, Any], field: str
+) -> None:
+    """a NUL or a lone surrogate anywhere, a control character in the description: a 422
+    naming the field, never a database error"""
+    with pytest.raises(JobValidationError) as caught:
+        check_calendar("c", doc)
+    assert field in {p.field for p in caught.value.problems}
